@@ -1,0 +1,42 @@
+"""Shared pytest setup. Under CI (CI=true) a skipped test is a failure: a real part that is missing there
+(Slurm, bubblewrap, ...) must be installed by the project's own setup, not silently skipped."""
+import os, shutil, subprocess, sys
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+C2 = str(Path(sys.executable).parent / "c2")
+IN_CI = os.environ.get("CI") == "true"
+
+def pytest_addoption(parser):
+    parser.addoption("--runslow", action="store_true", help="also run tests marked slow")
+    parser.addoption("--rungpu", action="store_true", help="also run tests marked gpu")
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for mark in ("slow", "gpu"):
+            if mark in item.keywords and not config.getoption(f"--run{mark}"):
+                # opt-in tests are deselected, not skipped: CI decides which tiers it runs
+                item.add_marker(pytest.mark.skip(reason=f"{mark}: run with --run{mark}"))
+                item.user_properties.append(("optin", mark))
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if IN_CI and rep.skipped and not any(k == "optin" for k, _ in item.user_properties):
+        rep.outcome = "failed"
+        rep.longrepr = f"skipped under CI=true, which must run it: {rep.longrepr}"
+
+def c2(*args, env=None, timeout=600):
+    "Run the real `c2` console script; return the CompletedProcess."
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run([C2, *args], capture_output=True, text=True, timeout=timeout, env=e, cwd=ROOT)
+
+@pytest.fixture(scope="session")
+def smoke_data(tmp_path_factory):
+    "A smoke-scale data dir built once by the real CLI."
+    d = tmp_path_factory.mktemp("data")
+    r = c2("data", "build", "--scale", "smoke", f"data.dir={d}")
+    assert r.returncode == 0, r.stderr
+    return d

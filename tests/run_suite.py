@@ -1,0 +1,69 @@
+"""`make test`: the notebook-sync check, nbdev_test over nbs/, pytest over tests/, one summary line at the end.
+
+Extra nbdev flags (e.g. slow, gpu) come from $C2_TEST_FLAGS; extra pytest arguments from $PYTEST_ADDOPTS."""
+import os, re, subprocess, sys, time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+results = []  # (name, ok, seconds)
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, **kw)
+
+def record(name, ok, t0, detail=""):
+    results.append((name, ok, time.time() - t0))
+    print(f"{'PASS' if ok else 'FAIL'}  {name}  ({time.time() - t0:.1f}s)", flush=True)
+    if not ok and detail: print(detail.rstrip()[-6000:], flush=True)
+
+def git_dirty(path):
+    return run(["git", "status", "--porcelain", "--", path]).stdout.strip()
+
+def sync_checks():
+    in_git = run(["git", "rev-parse", "--is-inside-work-tree"]).returncode == 0
+    for name, cmd, path in [("sync: nbdev_export leaves composer2/ unchanged", "nbdev_export", "composer2"),
+                            ("sync: nbdev_clean leaves nbs/ unchanged", "nbdev_clean", "nbs")]:
+        t0 = time.time()
+        if not in_git:
+            record(name + " (no git checkout: cannot compare)", os.environ.get("CI") != "true", t0); continue
+        before = git_dirty(path)
+        r = run([str(BIN / cmd)])
+        after = git_dirty(path)
+        ok = r.returncode == 0 and after == before == ""
+        record(name, ok, t0, r.stdout + r.stderr + ("\nuncommitted or changed:\n" + after if after else ""))
+
+def notebook(nb):
+    t0 = time.time()
+    cmd = [str(BIN / "nbdev_test"), "--path", str(nb), "--n_workers", "0", "--do_print"]
+    if os.environ.get("C2_TEST_FLAGS"): cmd += ["--flags", os.environ["C2_TEST_FLAGS"]]
+    r = run(cmd)
+    return f"notebook {nb.name}", r.returncode == 0, t0, r.stdout + r.stderr
+
+def main():
+    start = time.time()
+    sync_checks()
+    nbs = sorted((ROOT / "nbs").glob("*.ipynb"))
+    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as ex:
+        for name, ok, t0, out in ex.map(notebook, nbs): record(name, ok, t0, out)
+    t0 = time.time()
+    junit = ROOT / ".pytest-report.xml"
+    r = subprocess.run([sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"], cwd=ROOT)
+    n_pass = n_fail = n_skip = 0
+    if junit.exists():
+        xml = junit.read_text()
+        m = re.search(r'<testsuite [^>]*?errors="(\d+)" failures="(\d+)" skipped="(\d+)" tests="(\d+)"', xml)
+        if m:
+            err, fail, skip, tests = map(int, m.groups())
+            n_fail, n_skip, n_pass = err + fail, skip, tests - err - fail - skip
+        junit.unlink()
+    if r.returncode not in (0, 5) and n_fail == 0: n_fail = 1   # pytest itself broke (collection, usage)
+    passed = sum(ok for _, ok, _ in results) + n_pass
+    failed = sum(not ok for _, ok, _ in results) + n_fail
+    print(f"\nnotebooks and checks: {sum(ok for _, ok, _ in results)}/{len(results)} passed; pytest: {n_pass} passed, "
+          f"{n_fail} failed, {n_skip} skipped; {time.time() - start:.0f}s in all")
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+if __name__ == "__main__":
+    main()

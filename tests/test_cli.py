@@ -1,0 +1,75 @@
+"""The `c2` console script end to end, as a user runs it: a fresh data dir to a trained model generating text,
+and one-line errors (exit status 2) for user mistakes."""
+import json, re, shutil
+import pytest
+from conftest import c2
+
+def one_line_error(r, *fragments):
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("c2: error: "), r.stderr
+    for f in fragments: assert f in lines[0], (f, lines[0])
+    assert "Traceback" not in r.stderr
+
+def test_help_lists_subcommands():
+    r = c2("--help")
+    assert r.returncode == 0
+    for sub in ["info", "config", "data", "train", "generate", "reproduce", "study"]: assert sub in r.stdout
+
+def test_info_reports_versions_and_real_parts():
+    r = c2("info", "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["torch"].startswith("2.13") and info["python"].startswith("3.")
+    for key in ["device", "data_dir", "slurm", "bubblewrap", "gpu"]: assert info[key]
+    assert "torch" in c2("info").stdout
+
+@pytest.mark.parametrize("override,fragments", [
+    ("model.bogus=1", ["unknown key model.bogus", "allowed in model"]),
+    ("model.d_model=wide", ["model.d_model"]),
+    ("model.gate=relu", ["model.gate", "softmax, sigmoid"]),
+    ("train.lr=-1", ["train.lr", "out of range"]),
+    ("model.n_heads=5", ["model.n_heads", "multiple of model.n_kv_heads"]),
+    ("nokey", ["key=value"]),
+])
+def test_bad_config_is_one_line(override, fragments):
+    one_line_error(c2("config", "--scale", "smoke", override), *fragments)
+
+def test_unknown_scale_and_missing_file():
+    one_line_error(c2("config", "--scale", "enormous"), "unknown scale 'enormous'", "smoke")
+    one_line_error(c2("config", "--config", "/no/such.yaml"), "config file not found")
+
+def test_missing_data_dir(tmp_path):
+    one_line_error(c2("train", "--scale", "smoke", f"data.dir={tmp_path / 'empty'}"), "no built data", "c2 data build")
+
+def test_missing_package_in_corpus(tmp_path):
+    one_line_error(c2("data", "build", "--scale", "smoke", f"data.dir={tmp_path}", "data.packages=[no_such_pkg_xyz]"), "no_such_pkg_xyz")
+
+def test_unreadable_tokenizer(smoke_data, tmp_path):
+    broken = tmp_path / "data"
+    shutil.copytree(smoke_data, broken)
+    (tok,) = broken.glob("*/tokenizer.json")
+    tok.write_text("{ this is not a tokenizer")
+    one_line_error(c2("train", "--scale", "smoke", f"data.dir={broken}"), "tokenizer", str(tok))
+
+def test_fresh_data_to_trained_model_generating(smoke_data, tmp_path):
+    r = c2("train", "--scale", "smoke", f"data.dir={smoke_data}", "train.steps=40", "--out", str(tmp_path / "run"))
+    assert r.returncode == 0, r.stderr
+    before, after = map(float, re.search(r"internal-codebase NLL: ([\d.]+) -> ([\d.]+)", r.stdout).groups())
+    assert after < before - 0.5, r.stdout
+    ck = tmp_path / "run" / "last.pt"
+    assert ck.is_file() and (tmp_path / "run" / "metrics.csv").read_text().count("\n") == 41
+    for spec in ["false", "true"]:
+        g = c2("generate", "--scale", "smoke", f"data.dir={smoke_data}", "--checkpoint", str(ck), "--prompt", "def ",
+               "-n", "2", "sample.max_new_tokens=12", f"sample.speculative={spec}")
+        assert g.returncode == 0, g.stderr
+        assert g.stdout.count("def ") >= 2 and len(g.stdout) > 20
+    one_line_error(c2("generate", "--scale", "smoke", f"data.dir={smoke_data}", "--checkpoint", str(tmp_path / "nope.pt")),
+                   "checkpoint not found")
+
+def test_reproduce_without_studies_says_so():
+    r = c2("study", "list")
+    assert r.returncode == 0
+    if "no studies" in r.stdout:
+        r = c2("reproduce")
+        assert r.returncode == 0 and "no studies are registered" in r.stdout
