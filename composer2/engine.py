@@ -56,7 +56,7 @@ def _last_valid(valid: torch.Tensor, n: int):
 
 class Engine:
     "Batched sampler over a `MoETransformer` with a KV cache, speculative decoding and in-flight weight updates."
-    def __init__(self, model: MoETransformer, version: int = 0, draft_window: int = 32):
+    def __init__(self, model: MoETransformer, version: int = 0, draft_window: int = 8):
         self.model, self.version, self.draft_window = model.eval(), version, draft_window
         self._lock, self._pending = threading.Lock(), None
 

@@ -117,7 +117,8 @@ def loop_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> tor
     return torch.cat([a[s:e] @ b[g] for g, (s, e) in enumerate(zip(starts, offs.tolist()))], 0)
 
 def torch_grouped_mm(a, b, offs):
-    "One `torch._grouped_mm` over all experts (fp32 / bf16; 16-byte-aligned strides)."
+    "One `torch._grouped_mm` over all experts (fp32 / bf16; 16-byte-aligned strides); bf16 under CUDA autocast."
+    if a.is_cuda and torch.is_autocast_enabled("cuda"): a = a.to(torch.get_autocast_dtype("cuda"))
     return F.grouped_mm(a, b.to(a.dtype), offs=offs)
 
 GROUPED_GEMMS = {"grouped_mm": torch_grouped_mm, "loop": loop_grouped_mm}
@@ -200,7 +201,7 @@ class MoE(nn.Module):
             self.bias += self.cfg.bias_update_rate * torch.sign(self.load.mean() - self.load)
         self.load.zero_()
 
-# %% ../nbs/02_model.ipynb #02c021
+# %% ../nbs/02_model.ipynb #02c023
 class Block(nn.Module):
     "Pre-norm transformer block: attention, then an MoE or dense feed-forward."
     def __init__(self, cfg: ModelConfig, moe: bool):
@@ -235,7 +236,7 @@ class MTPModule(nn.Module):
         x, _ = self.block(x, pos, mask)
         return x, self.norm(x)
 
-# %% ../nbs/02_model.ipynb #02c022
+# %% ../nbs/02_model.ipynb #02c024
 @dataclass
 class ModelOutput:
     "What a forward returns."
@@ -323,7 +324,7 @@ class MoETransformer(nn.Module):
         return dict(total=total, active=total - inactive, embedding=embed, mtp=mtp,
                     trunk_total=total - embed - mtp, trunk_active=total - inactive - embed - mtp)
 
-# %% ../nbs/02_model.ipynb #02c024
+# %% ../nbs/02_model.ipynb #02c026
 def training_loss(model: MoETransformer, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None) -> dict:
     "x, y [B, T] (y = x shifted by one); mask [B, T] weights the positions that count. Returns the loss and its parts."
     c = model.cfg
