@@ -6,10 +6,18 @@ STAMP   := $(VENV)/.setup-stamp
 PORT    ?= 8888
 TOKEN   ?= $(shell $(PY) -c 'import secrets; print(secrets.token_hex(16))')
 SCALE   ?= cpu
+EXECUTOR ?= local
+LAB_DIR ?= .
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)   # Jupyter refuses root otherwise (CI runs as root)
 
-.PHONY: setup test reproduce lab export clean-venv
+.PHONY: setup system-packages test reproduce lab export clean-venv slurm-up slurm-down
 
-setup: $(STAMP)
+setup: system-packages $(STAMP)
+
+# Debian packages of the real local Slurm cluster (munge, slurmctld, slurmd, slurmdbd, MariaDB): installed when
+# missing and we are root; otherwise one line says so (the Slurm tests are then skipped, which CI counts as failing).
+system-packages:
+	@bash slurm/cluster.sh install
 
 # Idempotent: reruns only when the packaging files change. torch is installed first from its pin
 # so that nothing else can pull a CUDA build.
@@ -25,12 +33,19 @@ test: setup
 	$(BIN)/python tests/run_suite.py
 
 reproduce: setup
-	$(BIN)/c2 reproduce --scale $(SCALE)
+	$(BIN)/c2 reproduce --scale $(SCALE) --executor $(EXECUTOR)
 
 lab: setup
 	@echo "JupyterLab: http://127.0.0.1:$(PORT)/lab?token=$(TOKEN)"
 	$(BIN)/jupyter lab --no-browser --ip 127.0.0.1 --port $(PORT) --ServerApp.token=$(TOKEN) \
-		--MultiKernelManager.default_kernel_name=composer2
+		--ServerApp.root_dir=$(LAB_DIR) --MultiKernelManager.default_kernel_name=composer2 $(ALLOW_ROOT)
+
+# A single-node Slurm cluster on this machine (root): munged, MariaDB, slurmdbd, slurmctld, slurmd; see slurm/README.md
+slurm-up:
+	@bash slurm/cluster.sh up
+
+slurm-down:
+	@bash slurm/cluster.sh down
 
 export: setup
 	$(BIN)/nbdev_export && $(BIN)/nbdev_clean

@@ -12,7 +12,8 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 # %% auto #0
 __all__ = ['EXPERT_BACKENDS', 'C2Error', 'ConfigError', 'opt', 'ModelConfig', 'DataConfig', 'TrainConfig', 'SampleConfig',
-           'Config', 'validate', 'repo_root', 'scales_dir', 'available_scales', 'load_config', 'to_yaml']
+           'PretrainConfig', 'Config', 'validate', 'repo_root', 'scales_dir', 'available_scales', 'load_config',
+           'to_yaml']
 
 # %% ../nbs/00_config.ipynb #00c004
 class C2Error(Exception):
@@ -29,7 +30,7 @@ def opt(default, lo=None, hi=None, choices=None, doc=""):
     return field(default=default, metadata=meta)
 
 # %% ../nbs/00_config.ipynb #00c007
-EXPERT_BACKENDS = ["grouped_mm", "loop"]  # extended by the kernel modules when they are imported
+EXPERT_BACKENDS = ["grouped_mm", "loop", "mxfp8"]  # mxfp8: composer2.mxfp8, imported on first use
 
 @dataclass
 class ModelConfig:
@@ -102,6 +103,29 @@ class SampleConfig:
     seed: int = opt(0)
 
 @dataclass
+class PretrainConfig:
+    "The staged pipeline of report section 3: base -> cpt (three compute levels) -> mtp -> long -> sft."
+    runs: str = opt("runs/pretrain", doc="stages write to RUNS/SCALE/STAGE[-LEVEL]/")
+    base_steps: int = opt(40, lo=1)
+    base_prose_fraction: float = opt(0.7, lo=0.0, hi=1.0, doc="share of prose windows in the base mix")
+    cpt_steps: int = opt(20, lo=1, doc="steps of the `small` level; medium and large scale it by cpt_levels")
+    cpt_levels: list[float] = opt([1.0, 3.16, 10.0], doc="compute multipliers of small, medium, large")
+    cpt_prose_fraction: float = opt(0.1, lo=0.0, hi=1.0, doc="the code-dominated mix keeps a little prose")
+    mtp_from: str = opt("large", choices=["small", "medium", "large"], doc="the cpt run whose mid checkpoint gets MTP")
+    mtp_steps: int = opt(20, lo=1)
+    mtp_freeze_trunk: bool = opt(True, doc="train only the MTP modules on the mid-cpt checkpoint")
+    long_steps: int = opt(10, lo=1)
+    long_seq_factor: int = opt(4, lo=1, doc="sequence length multiplier of the long-context stage")
+    long_rope_base: float = opt(500000.0, lo=2.0)
+    sft_steps: int = opt(20, lo=1)
+    sft_lr_ratio: float = opt(0.3, lo=0.0, doc="SFT learning rate as a fraction of train.lr")
+    ckpt_every: int = opt(10, lo=1, doc="steps between resumable checkpoints")
+    log_every: int = opt(5, lo=1)
+    strategy: str = opt("auto", choices=["auto", "ddp", "fsdp"])
+    devices: int = opt(1, lo=1)
+    num_nodes: int = opt(1, lo=1)
+
+@dataclass
 class Config:
     "Everything an entry point needs; built by `load_config`."
     scale: str = "smoke"
@@ -109,6 +133,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
 
 # %% ../nbs/00_config.ipynb #00c009
 def _check_field(path, value, meta):
@@ -132,7 +157,9 @@ def validate(cfg, prefix=""):
                  (m.n_dense_layers <= m.n_layers, f"model.n_dense_layers ({m.n_dense_layers}) must be <= model.n_layers ({m.n_layers})"),
                  (m.head_dim % 2 == 0, f"model.head_dim ({m.head_dim}) must be even (RoPE rotates pairs)"),
                  (m.d_model % 8 == 0 and m.expert_hidden % 8 == 0,
-                  "model.d_model and model.expert_hidden must be multiples of 8 (grouped GEMM needs 16-byte strides)")]
+                  "model.d_model and model.expert_hidden must be multiples of 8 (grouped GEMM needs 16-byte strides)"),
+                 (m.expert_backend != "mxfp8" or (m.d_model % 32 == 0 and m.expert_hidden % 32 == 0),
+                  "model.expert_backend=mxfp8 needs model.d_model and model.expert_hidden to be multiples of 32 (the MX block)")]
         for ok, msg in rules:
             if not ok: raise ConfigError(msg)
     return cfg

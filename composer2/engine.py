@@ -91,7 +91,6 @@ class Engine:
         cache = m.new_cache(B, capacity=P + max_new_tokens * (len(m.mtp) + 1) + 1)
         out = m(idx, valid=valid, cache=cache, capture=True)
         experts = [out.experts]
-        stops = torch.tensor(list(stop_ids) or [-1], device=dev)
         res = [dict(tokens=[], logprobs=[], versions=[], stop_reason="length") for _ in range(B)]
         done = torch.zeros(B, dtype=torch.bool, device=dev)
         stats = SpecStats()

@@ -11,7 +11,8 @@ from .config import ModelConfig, ConfigError
 
 # %% auto #0
 __all__ = ['GROUPED_GEMMS', 'attn_mask', 'positions', 'KVCache', 'apply_rope', 'Attention', 'SwiGLU', 'loop_grouped_mm',
-           'torch_grouped_mm', 'Routing', 'MoE', 'Block', 'MTPModule', 'ModelOutput', 'MoETransformer', 'training_loss']
+           'torch_grouped_mm', 'mxfp8_grouped_mm', 'Routing', 'MoE', 'Block', 'MTPModule', 'ModelOutput',
+           'MoETransformer', 'training_loss']
 
 # %% ../nbs/02_model.ipynb #02c006
 def attn_mask(key_valid: torch.Tensor, q_slots: torch.Tensor) -> torch.Tensor:
@@ -121,7 +122,12 @@ def torch_grouped_mm(a, b, offs):
     if a.is_cuda and torch.is_autocast_enabled("cuda"): a = a.to(torch.get_autocast_dtype("cuda"))
     return F.grouped_mm(a, b.to(a.dtype), offs=offs)
 
-GROUPED_GEMMS = {"grouped_mm": torch_grouped_mm, "loop": loop_grouped_mm}
+def mxfp8_grouped_mm(a, b, offs):
+    "The MXFP8 Triton backend (`composer2.mxfp8`), imported on first use so that the model does not import Triton."
+    from composer2.mxfp8 import mxfp8_grouped_mm as fn
+    return fn(a, b, offs)
+
+GROUPED_GEMMS = {"grouped_mm": torch_grouped_mm, "loop": loop_grouped_mm, "mxfp8": mxfp8_grouped_mm}
 
 # %% ../nbs/02_model.ipynb #02c013
 @dataclass
@@ -325,16 +331,18 @@ class MoETransformer(nn.Module):
                     trunk_total=total - embed - mtp, trunk_active=total - inactive - embed - mtp)
 
 # %% ../nbs/02_model.ipynb #02c026
-def training_loss(model: MoETransformer, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None) -> dict:
-    "x, y [B, T] (y = x shifted by one); mask [B, T] weights the positions that count. Returns the loss and its parts."
+def training_loss(model: MoETransformer, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None,
+                  with_mtp: bool = True, out: ModelOutput | None = None) -> dict:
+    """x, y [B, T] (y = x shifted by one); mask [B, T] weights the positions that count. `with_mtp=False` skips the MTP
+    modules; `out` reuses a forward already done (e.g. under no_grad for a frozen trunk). Returns the loss and its parts."""
     c = model.cfg
-    out = model(x)
+    out = model(x) if out is None else out
     m = torch.ones_like(y, dtype=torch.float32) if mask is None else mask.float()
     avg = lambda t, w: (t * w).sum() / w.sum().clamp_min(1)
     lm = avg(F.cross_entropy(out.logits.flatten(0, 1).float(), y.flatten(), reduction="none").view_as(y), m)
     parts = dict(lm=lm, aux=out.aux_loss * c.aux_loss_coef)
-    mtp = []
-    for k, lg in enumerate(model.mtp_logits(out.hidden, x), start=1):
+    mtp_losses = []
+    for k, lg in enumerate(model.mtp_logits(out.hidden, x) if with_mtp else [], start=1):
         L = lg.shape[1]
         logq = lg.float().log_softmax(-1)
         if c.mtp_loss == "distill":
@@ -342,7 +350,7 @@ def training_loss(model: MoETransformer, x: torch.Tensor, y: torch.Tensor, mask:
             per = (logp.exp() * (logp - logq)).sum(-1)
         else:
             per = -logq.gather(-1, y[:, k:k + L, None]).squeeze(-1)
-        mtp.append(avg(per, m[:, k:k + L]))
-    parts["mtp"] = torch.stack(mtp).mean() if mtp else torch.zeros((), device=x.device)
+        mtp_losses.append(avg(per, m[:, k:k + L]))
+    parts["mtp"] = torch.stack(mtp_losses).mean() if mtp_losses else torch.zeros((), device=x.device)
     parts["loss"] = parts["lm"] + parts["aux"] + c.mtp_loss_coef * parts["mtp"]
     return parts

@@ -1,0 +1,270 @@
+"""MXFP8 kernels against copy bandwidth, torchao, BF16 and FP8 row-wise baselines, measured side by side in one run.
+
+    python kernels/bench_mxfp8.py [--parts quant gemm moe parity] [--quick]
+
+Parts: `quant` (quantisation along rows and columns: GB/s vs a device-to-device copy and vs torchao's MXFP8 Triton
+kernels), `gemm` (MXFP8 grouped GEMM at MoE shapes and a dense GEMM: TFLOP/s vs BF16 `torch._grouped_mm` / `mm`,
+FP8 row-wise `torch._scaled_grouped_mm` / `_scaled_mm`, and torchao's MXFP8 grouped GEMM where the device has it),
+`moe` (an MoE layer forward+backward, `expert_backend` mxfp8 vs grouped_mm, BF16 autocast), `parity` (the smoke
+model trained 300 steps with each backend). Needs a CUDA device. Prints tables and writes
+kernels/results/mxfp8_<device>.json."""
+import argparse, json, platform, re, sys, time, traceback
+from pathlib import Path
+import torch
+import triton
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def bench(fn, reps=None, warmup=3):
+    "Median milliseconds of `fn` (CUDA events), after warm-up; L2 is not flushed (tensors here exceed it)."
+    for _ in range(warmup): fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter(); fn(); torch.cuda.synchronize(); one = time.perf_counter() - t0
+    reps = reps or max(5, min(100, int(0.5 / max(one, 1e-6))))
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); fn(); b.record(); b.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def attempt(name, fn, errors):
+    "Run fn(); on failure record a one-line reason and return None."
+    try: return fn()
+    except Exception as e:
+        errors[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        return None
+
+
+def quant_part(mx, quick, errors):
+    dev = "cuda"
+    shapes = [(16384, 2048), (16384, 8192)] if not quick else [(8192, 2048)]
+    out = []
+    try:
+        import torch.utils._triton as tut
+        if not tut.has_triton():   # seen on the H100 image (torch 2.11 + triton 3.6): torchao then defines stubs only
+            errors["torch.utils._triton.has_triton()"] = "False here; patched to True before importing torchao's kernels"
+            tut.has_triton = lambda: True
+        import importlib, torchao.prototype.mx_formats.kernels as aok
+        if not hasattr(aok, "to_mxfp8_dim0_kernel"):   # seen on the H100 image: torchao imported before Triton was usable
+            errors["torchao kernels"] = "defined as stubs at import; reloaded"
+            aok = importlib.reload(aok)
+        triton_to_mxfp8_dim0, triton_to_mxfp8_dim1 = aok.triton_to_mxfp8_dim0, aok.triton_to_mxfp8_dim1
+    except Exception as e:
+        triton_to_mxfp8_dim0 = triton_to_mxfp8_dim1 = None
+        errors["torchao import"] = f"{type(e).__name__}: {e}"
+    for M, K in shapes:
+        x = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
+        y = torch.empty_like(x)
+        n = x.numel()
+        copy_ms = bench(lambda: y.copy_(x))
+        copy_gbs = 2 * n * 2 / copy_ms / 1e6
+        qbytes = n * 2 + n + n // 32                         # read bf16, write fp8 + one scale byte per 32
+        offs = torch.tensor([M], dtype=torch.int32, device=dev)
+        row = dict(shape=[M, K], copy_GBps=round(copy_gbs, 1))
+        cands = {
+            "ours rows (dim -1)": lambda: mx._quant_rows(x, "floor"),
+            "ours rows rceil": lambda: mx._quant_rows(x, "rceil"),
+            "ours cols (dim 0, same layout)": lambda: mx._quant_cols(x[None], offs, "floor"),
+            "ours cols -> col-major (training layout)": lambda: mx._quant_cols(x[None], offs, "floor", transpose_out=True),
+        }
+        if triton_to_mxfp8_dim0 is not None:
+            cands["torchao rows floor"] = lambda: triton_to_mxfp8_dim0(x, 32, "floor")
+            cands["torchao rows rceil"] = lambda: triton_to_mxfp8_dim0(x, 32, "rceil")
+            cands["torchao cols -> col-major floor"] = lambda: triton_to_mxfp8_dim1(x, 32, "floor")
+            cands["torchao cols -> col-major rceil"] = lambda: triton_to_mxfp8_dim1(x, 32, "rceil")
+        try:   # torchao's path where its Triton kernels are unavailable (they need sm_100): its to_mx, compiled
+            from torchao.prototype.mx_formats.mx_tensor import to_mx as ao_to_mx
+            from torchao.prototype.mx_formats.config import ScaleCalculationMode as SCM
+            ao_rows = torch.compile(lambda t: ao_to_mx(t, torch.float8_e4m3fn, 32, SCM.FLOOR))
+            ao_cols = torch.compile(lambda t: ao_to_mx(t.t().contiguous(), torch.float8_e4m3fn, 32, SCM.FLOOR))
+            cands["torchao to_mx rows floor (torch.compile)"] = lambda: ao_rows(x)
+            cands["torchao to_mx cols -> col-major floor (torch.compile)"] = lambda: ao_cols(x)
+        except Exception as e:
+            errors["torchao to_mx compile"] = f"{type(e).__name__}: {e}"
+        for name, fn in cands.items():
+            ms = attempt(f"quant {name} {M}x{K}", lambda: bench(fn), errors)
+            if ms is not None: row[name] = dict(ms=round(ms, 4), GBps=round(qbytes / ms / 1e6, 1), of_copy=round(qbytes / ms / 1e6 / copy_gbs, 3))
+        row["autotuned"] = tuned_configs(mx)
+        out.append(row)
+    return out
+
+
+def tuned_configs(mx):
+    "The autotuner's choices so far, per kernel and key."
+    kinds = dict(rows=mx._quant_rows_tuned, cols=mx._quant_cols_tuned, **{f"gemm_{k}": v for k, v in mx._gmm_tuned.items()},
+                 **{f"wgrad_{k}": v for k, v in mx._wgrad_tuned.items()})
+    return {n: {str(k): str(c) for k, c in getattr(t, "cache", {}).items()} for n, t in kinds.items()}
+
+
+def moe_groups(M, E, align=16, seed=0):
+    "Uneven group sizes (multinomial over skewed expert popularity), multiples of `align`, summing to M."
+    g = torch.Generator().manual_seed(seed)
+    p = torch.rand(E, generator=g) ** 2 + 0.05
+    units = M // align
+    sizes = torch.multinomial(p / p.sum(), units, replacement=True, generator=g).bincount(minlength=E) * align
+    sizes[-1] += M - sizes.sum()
+    return torch.cumsum(sizes, 0).to(torch.int32)
+
+
+def gemm_part(mx, quick, errors):
+    dev = "cuda"
+    shapes = [("report MoE: 64 experts, hidden 2048 -> expert dim 1408, 16k rows", 16384, 2048, 1408, 64),
+              ("report MoE down-proj: 1408 -> 2048", 16384, 1408, 2048, 64),
+              ("gpu preset w_in: 32 experts, 1024 -> 2x512, 32k rows (8k tokens x top-4)", 32768, 1024, 1024, 32),
+              ("gpu preset w_out: 512 -> 1024", 32768, 512, 1024, 32),
+              ("dense 8192^3", 8192, 8192, 8192, 1)]
+    if quick: shapes = shapes[:1] + shapes[-1:]
+    out = []
+    for name, M, K, N, E in shapes:
+        a = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(E, K, N, device=dev, dtype=torch.bfloat16) * 0.05
+        offs = moe_groups(M, E).to(dev) if E > 1 else torch.tensor([M], dtype=torch.int32, device=dev)
+        flop = 2 * M * K * N
+        tf = lambda ms: round(flop / ms / 1e9, 1)
+        row = dict(name=name, M=M, K=K, N=N, E=E)
+        res = {}
+        w_cm = w.transpose(-2, -1).contiguous().transpose(-2, -1)      # column-major experts (cuBLAS/CUTLASS-friendly)
+        if E > 1:
+            res["bf16 torch._grouped_mm"] = attempt("bf16 grouped", lambda: bench(lambda: torch._grouped_mm(a, w, offs=offs)), errors)
+            res["bf16 torch._grouped_mm (col-major B)"] = attempt("bf16 grouped cm", lambda: bench(lambda: torch._grouped_mm(a, w_cm, offs=offs)), errors)
+        else:
+            res["bf16 torch.mm"] = attempt("bf16 mm", lambda: bench(lambda: a @ w[0]), errors)
+        # FP8 row-wise (per-row scale for A, per-column for B)
+        a8, sa = (a.float() / (a.float().abs().amax(1, keepdim=True) / 448)).to(torch.float8_e4m3fn), (a.float().abs().amax(1) / 448)
+        sb = w.float().abs().amax(1) / 448                                              # [E, N]
+        w8 = (w.float() / sb[:, None, :]).to(torch.float8_e4m3fn).transpose(-2, -1).contiguous().transpose(-2, -1)
+        if E > 1:
+            res["fp8 row-wise torch._scaled_grouped_mm"] = attempt("fp8 rowwise grouped", lambda: bench(
+                lambda: torch._scaled_grouped_mm(a8, w8, sa, sb, offs=offs, out_dtype=torch.bfloat16)), errors)
+        else:
+            res["fp8 row-wise torch._scaled_mm"] = attempt("fp8 rowwise mm", lambda: bench(
+                lambda: torch._scaled_mm(a8, w8[0], sa[:, None], sb[0][None, :], out_dtype=torch.bfloat16)), errors)
+        # ours: operands quantised once (GEMM alone), and quantisation included
+        xq = mx.to_mx(a)
+        wd, ws, wst, wsst = mx._quant_w_along_k(w, "floor")
+        for impl in ("fp8", "dot_scaled"):
+            run = lambda impl=impl: mx._launch_grouped(xq[0], xq[1], wd, ws, wst, wsst, offs, M, N, K, E, torch.bfloat16, impl)
+            res[f"mxfp8 ours ({impl})"] = attempt(f"ours {impl}", lambda: bench(run), errors)
+        best_impl = "fp8" if (res.get("mxfp8 ours (fp8)") or 1e9) <= (res.get("mxfp8 ours (dot_scaled)") or 1e9) else "dot_scaled"
+        def with_quant():
+            xd, xs = mx._quant_rows(a, "floor")
+            d, s, st, sst = mx._quant_w_along_k(w, "floor")
+            return mx._launch_grouped(xd, xs, d, s, st, sst, offs, M, N, K, E, torch.bfloat16, best_impl)
+        res[f"mxfp8 ours ({best_impl}) incl. quantising x and w"] = attempt("ours incl quant", lambda: bench(with_quant), errors)
+        # torchao's MXFP8 grouped GEMM (needs sm_100 block-scaled MMA)
+        def ao(pref):
+            from torchao.prototype.moe_training.mxfp8_grouped_mm import _to_mxfp8_then_scaled_grouped_mm
+            from torchao.prototype.mx_formats.config import KernelPreference
+            kp = getattr(KernelPreference, pref)
+            return bench(lambda: _to_mxfp8_then_scaled_grouped_mm(a, w_cm, offs=offs, out_dtype=torch.bfloat16, kernel_preference=kp))
+        if E > 1:
+            res["torchao mxfp8 grouped AUTO (incl. quant)"] = attempt("torchao mxfp8 grouped AUTO", lambda: ao("AUTO"), errors)
+            res["torchao mxfp8 grouped EMULATED (incl. quant)"] = attempt("torchao mxfp8 grouped EMULATED", lambda: ao("EMULATED"), errors)
+        row["autotuned"] = tuned_configs(mx)
+        # correctness at this shape: ours vs fp64 on a slice of rows of the first group with rows
+        row["results"] = {k: dict(ms=round(v, 4), TFLOPs=tf(v)) for k, v in res.items() if v is not None}
+        bf = [v for k, v in res.items() if k.startswith("bf16") and v is not None]
+        ours = [v for k, v in res.items() if k.startswith("mxfp8 ours (") and "incl" not in k and v is not None]
+        if bf and ours: row["ours_vs_bf16"] = round(min(bf) / min(ours), 3)
+        out.append(row)
+        del a, w, w_cm, a8, w8, xq, wd
+        torch.cuda.empty_cache()
+    return out
+
+
+def moe_part(mx, quick, errors):
+    from composer2.config import load_config
+    from composer2.model import MoE
+    dev = "cuda"
+    cases = [("report MoE: d 2048, 64 experts x 1408, top-4, 4096 tokens",
+              ["model.d_model=2048", "model.n_experts=64", "model.expert_hidden=1408", "model.top_k=4"], 4096),
+             ("gpu preset MoE: d 1024, 32 experts x 512, top-4, 8192 tokens", [], 8192)]
+    if quick: cases = cases[1:]
+    out = []
+    for name, ov, T in cases:
+        cfg = load_config("gpu", overrides=ov).model
+        torch.manual_seed(0)
+        moe = MoE(cfg).to(dev)
+        torch.nn.init.normal_(moe.w_in, std=0.02); torch.nn.init.normal_(moe.w_out, std=0.02)
+        x = torch.randn(T, cfg.d_model, device=dev, requires_grad=True)
+        gy = torch.randn(T, cfg.d_model, device=dev, dtype=torch.bfloat16)
+        row = dict(name=name)
+        ys = {}
+        for backend in ("grouped_mm", "mxfp8"):
+            moe.cfg.expert_backend = backend
+            def step(fwd_only=False):
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    y, _ = moe(x)
+                if not fwd_only: y.backward(gy)
+                return y
+            ms = attempt(f"moe {backend}", lambda: bench(step), errors)
+            msf = attempt(f"moe fwd {backend}", lambda: bench(lambda: step(True)), errors)
+            if ms: row[backend] = dict(fwd_bwd_ms=round(ms, 3), fwd_ms=round(msf, 3))
+            ys[backend] = attempt(f"moe y {backend}", lambda: step(True).float().detach(), errors)
+        if "grouped_mm" in row and "mxfp8" in row:
+            row["speedup_fwd_bwd"] = round(row["grouped_mm"]["fwd_bwd_ms"] / row["mxfp8"]["fwd_bwd_ms"], 3)
+            row["speedup_fwd"] = round(row["grouped_mm"]["fwd_ms"] / row["mxfp8"]["fwd_ms"], 3)
+        if all(v is not None for v in ys.values()):
+            row["rel_gap_y"] = round(((ys["mxfp8"] - ys["grouped_mm"]).norm() / ys["grouped_mm"].norm()).item(), 4)
+        out.append(row)
+        del moe, x
+        torch.cuda.empty_cache()
+    return out
+
+
+def parity_part(mx, quick, errors):
+    steps = 100 if quick else 300
+    t0 = time.time()
+    curves = {"bf16 grouped_mm": mx.parity_run("grouped_mm", steps), "mxfp8": mx.parity_run("mxfp8", steps),
+              "fp32 loop": mx.parity_run("loop", steps, autocast=False)}
+    sm = lambda c: torch.tensor(c).unfold(0, 10, 10).mean(1)
+    ref = sm(curves["bf16 grouped_mm"])
+    gap = lambda k: round(((sm(curves[k]) - ref).abs() / ref).max().item(), 4)
+    raw = lambda k: round(((torch.tensor(curves[k]) - torch.tensor(curves["bf16 grouped_mm"])).abs() / torch.tensor(curves["bf16 grouped_mm"])).max().item(), 4)
+    return dict(steps=steps, seconds=round(time.time() - t0, 1),
+                final={k: round(sum(v[-10:]) / 10, 4) for k, v in curves.items()},
+                max_rel_gap_10step_means={"mxfp8 vs bf16": gap("mxfp8"), "fp32 vs bf16": gap("fp32 loop")},
+                max_rel_gap_per_step={"mxfp8 vs bf16": raw("mxfp8"), "fp32 vs bf16": raw("fp32 loop")},
+                curves={k: [round(v, 4) for v in c[::10]] for k, c in curves.items()})
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", nargs="+", default=["quant", "gemm", "moe", "parity"])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args()
+    if not torch.cuda.is_available(): sys.exit("bench_mxfp8: needs a CUDA device")
+    import composer2.mxfp8 as mx
+    dev = torch.cuda.get_device_name()
+    info = dict(device=dev, capability=list(torch.cuda.get_device_capability()), torch=torch.__version__,
+                triton=triton.__version__, default_impl=mx.default_impl(), date=time.strftime("%Y-%m-%d"))
+    try:
+        import torchao; info["torchao"] = torchao.__version__
+    except Exception: info["torchao"] = None
+    res, errors = dict(info=info), {}
+    for part in args.parts:
+        t0 = time.time()
+        try:
+            if part == "quant": res[part] = quant_part(mx, args.quick, errors)
+            elif part == "gemm": res[part] = gemm_part(mx, args.quick, errors)
+            elif part == "moe": res[part] = moe_part(mx, args.quick, errors)
+            elif part == "parity": res[part] = parity_part(mx, args.quick, errors)
+        except Exception:
+            errors[part] = traceback.format_exc()[-1500:]
+        print(f"[{part}: {time.time() - t0:.0f}s]", flush=True)
+    res["errors"] = errors
+    print(json.dumps(res, indent=1))
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    slug = re.sub(r"[^a-z0-9]+", "-", dev.lower()).strip("-")
+    path = Path(args.out) / f"mxfp8_{slug}{'_quick' if args.quick else ''}.json"
+    path.write_text(json.dumps(res, indent=1) + "\n")
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()

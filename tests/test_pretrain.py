@@ -1,0 +1,80 @@
+"""Staged pretraining through the real `c2 pretrain` command: exact resume after SIGKILL and after a SIGUSR2
+preemption, and one-line errors for a missing predecessor, another data dir and a corrupted checkpoint."""
+import json, os, signal, subprocess, time
+import pytest, torch
+from conftest import C2, ROOT, c2
+from composer2.pretrain import read_losses
+
+STEPS = 24
+def args(runs, data, *extra):
+    return ["pretrain", "--stage", "base", "--scale", "smoke", f"data.dir={data}", f"pretrain.runs={runs}",
+            f"pretrain.base_steps={STEPS}", "pretrain.ckpt_every=4", "train.eval_every=8", "train.eval_tokens=1024", *extra]
+
+@pytest.fixture(scope="module")
+def reference(smoke_data, tmp_path_factory):
+    runs = tmp_path_factory.mktemp("ref")
+    r = c2(*args(runs, smoke_data))
+    assert r.returncode == 0, r.stderr[-3000:]
+    losses = read_losses(runs / "smoke" / "base")
+    assert sorted(losses) == list(range(1, STEPS + 1))
+    return losses
+
+def run_until(cmd_args, min_steps, sig, runs):
+    "Start c2, wait until it has logged `min_steps` steps, then send `sig`; return the exit code."
+    p = subprocess.Popen([C2, *cmd_args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = runs / "smoke" / "base" / "losses.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and p.poll() is None:
+        if log.exists() and len(log.read_text().splitlines()) >= min_steps: break
+        time.sleep(0.05)
+    assert p.poll() is None, f"finished before the signal: {p.stderr.read()[-2000:]}"
+    p.send_signal(sig)
+    err = p.communicate(timeout=300)[1]
+    return p.returncode, err
+
+def test_sigkill_then_rerun_is_bitwise_identical(smoke_data, tmp_path, reference):
+    code, _ = run_until(args(tmp_path, smoke_data), 10, signal.SIGKILL, tmp_path)
+    assert code == -signal.SIGKILL
+    out = tmp_path / "smoke" / "base"
+    assert not (out / "done.json").exists() and (out / "last.ckpt").exists()
+    assert not list(out.glob("*.tmp"))
+    step = torch.load(out / "last.ckpt", weights_only=False)["global_step"]
+    r = c2(*args(tmp_path, smoke_data))
+    assert r.returncode == 0, r.stderr[-3000:]
+    done = json.loads((out / "done.json").read_text())
+    assert done["resumed_from"] == step >= 8 and done["steps"] == STEPS
+    assert read_losses(out) == reference          # every step's loss, bit for bit
+
+def test_sigusr2_preemption_checkpoints_then_resumes(smoke_data, tmp_path, reference):
+    code, err = run_until(args(tmp_path, smoke_data), 6, signal.SIGUSR2, tmp_path)
+    assert code == 75 and "preempted at step" in err and "rerun the same command" in err, err[-2000:]
+    out = tmp_path / "smoke" / "base"
+    step = torch.load(out / "last.ckpt", weights_only=False)["global_step"]
+    assert step >= 6
+    r = c2(*args(tmp_path, smoke_data))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((out / "done.json").read_text())["resumed_from"] == step
+    assert read_losses(out) == reference
+
+def test_missing_predecessor_and_bad_checkpoints(smoke_data, tmp_path):
+    r = c2("pretrain", "--stage", "cpt", "--level", "small", "--scale", "smoke", f"data.dir={smoke_data}", f"pretrain.runs={tmp_path}")
+    assert r.returncode == 2 and "run `c2 pretrain --scale smoke --stage base` first" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    base = tmp_path / "smoke" / "base"; base.mkdir(parents=True, exist_ok=True)
+    (base / "final.pt").write_bytes(b"\0garbage")
+    r = c2("pretrain", "--stage", "cpt", "--level", "small", "--scale", "smoke", f"data.dir={smoke_data}", f"pretrain.runs={tmp_path}")
+    assert r.returncode == 2 and "unreadable" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    cpt = tmp_path / "smoke" / "cpt-small"; cpt.mkdir(parents=True, exist_ok=True)
+    (cpt / "last.ckpt").write_bytes(b"\0garbage")
+    r = c2("pretrain", "--stage", "cpt", "--level", "small", "--scale", "smoke", f"data.dir={smoke_data}", f"pretrain.runs={tmp_path}")
+    assert r.returncode == 2 and "last.ckpt is unreadable" in r.stderr
+
+def test_checkpoint_from_other_data_is_refused(smoke_data, tmp_path):
+    import dataclasses
+    from composer2.config import load_config
+    from composer2.train import save_checkpoint
+    from composer2.model import MoETransformer
+    cfg = load_config("smoke", overrides=["model.vocab_size=1024"])
+    base = tmp_path / "smoke" / "base"
+    save_checkpoint(base / "final.pt", MoETransformer(cfg.model), cfg, data_key="0123456789abcdef")
+    r = c2("pretrain", "--stage", "cpt", "--level", "small", "--scale", "smoke", f"data.dir={smoke_data}", f"pretrain.runs={tmp_path}")
+    assert r.returncode == 2 and "0123456789abcdef" in r.stderr and "another tokenizer" in r.stderr

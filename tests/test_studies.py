@@ -1,0 +1,154 @@
+"""Studies through the real `c2` console script: `c2 reproduce` at smoke scale (papermill, results.json, figures,
+the index), a parameter override, a failing notebook, submitit's local executor with a sweep, `c2 study status`,
+and one-line errors (exit status 2) for bad input. Results go to a scratch dir ($C2_RESULTS), never the checkout."""
+import json, os, re, shutil, subprocess
+from pathlib import Path
+import pytest
+from conftest import c2
+
+CLAIM_KEYS = {"id", "statement", "measured", "threshold", "holds"}
+
+def one_line_error(r, *fragments):
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("c2: error: "), r.stderr
+    for f in fragments: assert f in lines[0], (f, lines[0])
+    assert "Traceback" not in r.stderr
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    "Every study reproduced at smoke scale into a scratch results root, once."
+    d = tmp_path_factory.mktemp("smoke")
+    env = {"C2_RESULTS": str(d / "results"), "C2_JOBS": str(d / "jobs")}
+    r = c2("reproduce", "--scale", "smoke", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "reproduce (smoke, local): 0 failed" in r.stdout
+    return d / "results", env
+
+def test_list():
+    r = c2("study", "list")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"kl_estimators\s+Figure 4\s+scales: smoke, cpu, gpu", r.stdout)
+    assert re.search(r"length_penalty\s+Figure 6\s+scales: smoke, cpu, gpu", r.stdout)
+    assert re.search(r"cpt_loss\s+Figure 2 \(right\)\s+scales: smoke, cpu, gpu", r.stdout)
+
+def test_cpt_loss_results(smoke):
+    out = smoke[0] / "cpt_loss" / "smoke"
+    res = json.loads((out / "results.json").read_text())
+    assert res["status"] == "ok", res
+    m = res["metrics"]
+    assert set(m["runs"]) == {"base", "cpt-small", "cpt-medium", "cpt-large"}
+    toks = [m["runs"][f"cpt-{lv}"]["tokens"] for lv in ("small", "medium", "large")]
+    assert toks[0] < toks[1] < toks[2] and abs(toks[2] / toks[0] - 10) < 0.5     # log-spaced compute levels
+    assert 0 <= m["fit"]["r2"] <= 1 and len(m["trajectory"]) >= 3
+    assert {c["id"] for c in res["claims"]} == {"cpt_levels_ordered", "cpt_loss_decreasing", "cpt_loss_log_linear"}
+    assert all(CLAIM_KEYS <= c.keys() and isinstance(c["holds"], bool) for c in res["claims"])
+    assert (out / "cpt_loss.png").stat().st_size > 10_000 and "<svg" in (out / "cpt_loss.svg").read_text()
+
+def test_kl_estimators_results(smoke):
+    out = smoke[0] / "kl_estimators" / "smoke"
+    res = json.loads((out / "results.json").read_text())
+    assert res["study"] == "kl_estimators" and res["scale"] == "smoke" and res["status"] == "ok"
+    assert res["params"]["n_points"] >= 5 and res["versions"]["numpy"] and res["device"] and res["wall_time_s"] > 0
+    pts = res["metrics"]["points"]
+    assert all({"kl_true", "estimator", "mean", "bias", "var"} <= p.keys() for p in pts)
+    kls = sorted({p["kl_true"] for p in pts})
+    assert kls[0] <= 0.01 + 1e-12 and kls[-1] >= 10 - 1e-9
+    ratios = [b / a for a, b in zip(kls, kls[1:])]
+    assert max(ratios) / min(ratios) < 1.0001                     # log-spaced
+    assert {p["estimator"] for p in pts} == {"k1", "k2", "k3"} and res["metrics"]["categorical_points"]
+    ids = {c["id"] for c in res["claims"]}
+    assert {"k1_unbiased", "k3_unbiased", "k2_biased", "k3_variance_explodes", "k3_variance_lower_small_kl"} <= ids
+    for c in res["claims"]:
+        assert CLAIM_KEYS <= c.keys() and isinstance(c["holds"], bool)
+        assert c["holds"], c      # the estimators' textbook behaviour shows even at smoke scale
+    for f in ["fig_gaussian", "fig_categorical"]:
+        assert (out / f"{f}.png").stat().st_size > 10_000 and "<svg" in (out / f"{f}.svg").read_text()
+    nb = json.loads((out / "kl_estimators.ipynb").read_text())
+    assert any("injected-parameters" in c["metadata"].get("tags", []) for c in nb["cells"])
+    assert sum(bool(c.get("outputs")) for c in nb["cells"] if c["cell_type"] == "code") >= 4
+    assert "done; 7 of 7 claims hold" in (out / "kl_estimators.log").read_text()
+    assert not (out / "checkpoint.json").exists()
+
+def test_length_penalty_results(smoke):
+    out = smoke[0] / "length_penalty" / "smoke"
+    res = json.loads((out / "results.json").read_text())
+    assert res["status"] == "ok" and {c["id"] for c in res["claims"]} >= {"penalty_increasing_concave", "linear_starves_hard"}
+    assert all(c["holds"] for c in res["claims"]), res["claims"]
+    assert any(c["linear"] for c in res["metrics"]["curves"]) and len(res["metrics"]["tasks"]) == res["params"]["n_tasks"]
+    assert {"fig_curves.png", "fig_curves.svg", "fig_example.png", "fig_example.svg"} <= {p.name for p in out.iterdir()}
+
+def test_index(smoke):
+    root = smoke[0]
+    md, page = (root / "index.md").read_text(), (root / "index.html").read_text()
+    n_claims = sum(len(json.loads(p.read_text())["claims"]) for p in root.glob("*/*/results.json"))
+    rows = [l for l in md.splitlines() if l.startswith("| <a href=")]
+    assert len(rows) == n_claims >= 10
+    assert all("| holds | smoke |" in r for r in rows)
+    assert 'img src="kl_estimators/smoke/fig_gaussian.png"' in md and "(Figure 4)" in md
+    assert page.count('<tr class="holds">') == n_claims and "<img src=" in page
+
+def test_param_override_and_own_out_dir(tmp_path, smoke):
+    out = tmp_path / "lp"
+    r = c2("study", "run", "length_penalty", "--scale", "smoke", "--out", str(out), "-p", "lam=0.003", "-p", "n_tasks=9", env=smoke[1])
+    assert r.returncode == 0, r.stderr
+    res = json.loads((out / "results.json").read_text())
+    assert res["params"]["lam"] == 0.003 and len(res["metrics"]["tasks"]) == 9
+    assert not (tmp_path / "index.md").exists()      # an --out outside the results root leaves the index alone
+    # that dir now belongs to length_penalty
+    one_line_error(c2("study", "run", "kl_estimators", "--scale", "smoke", "--out", str(out)),
+                   f"output dir {out} holds results of study 'length_penalty'")
+
+def test_failed_notebook_is_marked_failed(tmp_path):
+    env = {"C2_RESULTS": str(tmp_path / "results")}
+    r = c2("study", "run", "length_penalty", "--scale", "smoke", "-p", "n_tasks=1", env=env)
+    assert r.returncode == 1 and "failed in cell" in r.stderr and "AssertionError" in r.stderr, r.stderr
+    out = tmp_path / "results" / "length_penalty" / "smoke"
+    res = json.loads((out / "results.json").read_text())
+    assert res["status"] == "failed" and res["claims"] == [] and "n_tasks=1" in res["error"]
+    assert "n_tasks=1: the example needs at least 3 tasks" in (out / "length_penalty.log").read_text()
+    nb = json.loads((out / "length_penalty.ipynb").read_text())      # the partial executed notebook
+    assert any(o.get("output_type") == "error" for c in nb["cells"] for o in c.get("outputs", []))
+    md = (tmp_path / "results" / "index.md").read_text()
+    assert "| FAILED | smoke |" in md and not any("| holds | smoke" in l for l in md.splitlines())
+
+@pytest.mark.parametrize("argv,fragments", [
+    (["study", "run", "nope"], ["unknown study 'nope'", "kl_estimators, length_penalty"]),
+    (["study", "run", "kl_estimators", "--scale", "huge"], ["unknown scale 'huge' for study kl_estimators", "smoke, cpu, gpu"]),
+    (["study", "run", "kl_estimators", "--scale", "smoke", "-p", "bogus=1"], ["unknown parameter 'bogus'", "n_samples"]),
+    (["study", "run", "kl_estimators", "--scale", "smoke", "-p", "n_points=many"], ["parameter n_points", "must be an integer", "'many'"]),
+    (["study", "run", "length_penalty", "--scale", "smoke", "-p", "k_values=0.1"], ["parameter k_values", "must be a list"]),
+    (["study", "submit", "length_penalty", "--scale", "smoke", "--sweep", "lam=small,0.1"], ["parameter lam", "must be a number"]),
+    (["study", "submit", "length_penalty", "--scale", "smoke", "--sweep", "nope=1,2"], ["unknown parameter 'nope'"]),
+    (["study", "submit", "length_penalty", "--scale", "smoke", "--executor", "cloud"], ["unknown executor 'cloud'"]),
+    (["reproduce", "--scale", "huge"], ["unknown scale 'huge'"]),
+])
+def test_bad_input_is_one_line(argv, fragments, tmp_path):
+    one_line_error(c2(*argv, env={"C2_RESULTS": str(tmp_path), "C2_JOBS": str(tmp_path / "jobs")}), *fragments)
+
+def test_slurm_without_a_controller_is_one_line(tmp_path):
+    "A config naming a controller nobody runs, and a config that does not exist: one line each, before submitting."
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=nowhere\nSlurmctldHost=nowhere(127.0.0.1)\nSlurmctldPort=9\nAuthType=auth/none\n"
+                    "NodeName=nowhere CPUs=1\nPartitionName=p Nodes=nowhere Default=YES\n")
+    for c in [conf, tmp_path / "missing.conf"]:
+        r = c2("study", "submit", "kl_estimators", "--scale", "smoke", "--executor", "slurm", env={"SLURM_CONF": str(c), "C2_JOBS": str(tmp_path / "jobs")})
+        one_line_error(r, "--executor slurm: ")
+        assert re.search(r"no Slurm controller answers|no Slurm config at|Slurm is not installed", r.stderr), r.stderr
+    assert not (tmp_path / "jobs" / "jobs.jsonl").exists()
+    one_line_error(c2("reproduce", "--scale", "smoke", "--executor", "slurm", env={"SLURM_CONF": str(conf)}), "--executor slurm: ")
+
+def test_submit_local_sweep_and_status(tmp_path):
+    env = {"C2_RESULTS": str(tmp_path / "results"), "C2_JOBS": str(tmp_path / "jobs")}
+    r = c2("study", "submit", "length_penalty", "--scale", "smoke", "--executor", "local", "--sweep", "lam=0.002,0.004",
+           "--out", str(tmp_path / "sw"), "--wait", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "submitted 2 local jobs" in r.stdout
+    for lam in ["0.002", "0.004"]:
+        res = json.loads((tmp_path / "sw" / "sweep" / f"lam={lam}" / "results.json").read_text())
+        assert res["status"] == "ok" and res["params"]["lam"] == float(lam)
+    s = c2("study", "status", "--json", env=env)
+    jobs = json.loads(s.stdout)
+    assert [(j["executor"], j["state"]) for j in jobs] == [("local", "COMPLETED")] * 2
+    table = c2("study", "status", env=env).stdout
+    assert table.splitlines()[0].split()[:5] == ["JOB", "STUDY", "SCALE", "EXECUTOR", "STATE"] and table.count("COMPLETED") == 2
