@@ -218,6 +218,18 @@ class PretrainModule(L.LightningModule):
             if peak: self.log("train/mfu", tps * flops_per_token(self.model, self.plan.seq_len) / peak, prog_bar=True)
             self._t, self._tokens = now, 0
 
+    def on_save_checkpoint(self, checkpoint):
+        # nothing in a step draws from these today (batches come from their own seeded generators), but a resumed
+        # run must not depend on that staying true
+        checkpoint["rng"] = dict(torch=torch.get_rng_state(), numpy=np.random.get_state(),
+                                 cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+
+    def on_load_checkpoint(self, checkpoint):
+        rng = checkpoint.get("rng")
+        if rng:
+            torch.set_rng_state(rng["torch"]); np.random.set_state(rng["numpy"])
+            if rng["cuda"] is not None and torch.cuda.is_available(): torch.cuda.set_rng_state_all(rng["cuda"])
+
     def optimizer_step(self, *args, **kwargs):
         super().optimizer_step(*args, **kwargs)
         self.model.update_router_biases()   # inside the step, so every checkpoint holds the updated biases
