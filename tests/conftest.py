@@ -33,6 +33,13 @@ def c2(*args, env=None, timeout=600):
     e = dict(os.environ, **(env or {}))
     return subprocess.run([C2, *args], capture_output=True, text=True, timeout=timeout, env=e, cwd=ROOT)
 
+def one_line_error(r, *fragments):
+    "Assert a user mistake's outcome: exit status 2 and one line `c2: error: ...` holding every fragment."
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("c2: error: "), r.stderr
+    for f in fragments: assert f in lines[0], (f, lines[0])
+
 @pytest.fixture(scope="session")
 def smoke_data(tmp_path_factory):
     "A smoke-scale data dir built once by the real CLI."

@@ -2,14 +2,7 @@
 and one-line errors (exit status 2) for user mistakes."""
 import json, re, shutil
 import pytest
-from conftest import c2
-
-def one_line_error(r, *fragments):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("c2: error: "), r.stderr
-    for f in fragments: assert f in lines[0], (f, lines[0])
-    assert "Traceback" not in r.stderr
+from conftest import c2, one_line_error
 
 def test_help_lists_subcommands():
     r = c2("--help")

@@ -4,16 +4,9 @@ and one-line errors (exit status 2) for bad input. Results go to a scratch dir (
 import json, os, re, shutil, subprocess
 from pathlib import Path
 import pytest
-from conftest import c2
+from conftest import c2, one_line_error
 
 CLAIM_KEYS = {"id", "statement", "measured", "threshold", "holds"}
-
-def one_line_error(r, *fragments):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("c2: error: "), r.stderr
-    for f in fragments: assert f in lines[0], (f, lines[0])
-    assert "Traceback" not in r.stderr
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
