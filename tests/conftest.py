@@ -1,6 +1,6 @@
 """Shared pytest setup. Under CI (CI=true) a skipped test is a failure: a real part that is missing there
 (Slurm, bubblewrap, ...) must be installed by the project's own setup, not silently skipped."""
-import os, shutil, subprocess, sys
+import os, subprocess, sys
 from pathlib import Path
 import pytest
 

@@ -1,6 +1,6 @@
 """Staged pretraining through the real `c2 pretrain` command: exact resume after SIGKILL and after a SIGUSR2
 preemption, and one-line errors for a missing predecessor, another data dir and a corrupted checkpoint."""
-import json, os, signal, subprocess, time
+import json, signal, subprocess, time
 import pytest, torch
 from conftest import C2, ROOT, c2, one_line_error
 from composer2.pretrain import read_losses
@@ -69,7 +69,6 @@ def test_missing_predecessor_and_bad_checkpoints(smoke_data, tmp_path):
     one_line_error(r, "last.ckpt is unreadable", "delete it to restart the stage")
 
 def test_checkpoint_from_other_data_is_refused(smoke_data, tmp_path):
-    import dataclasses
     from composer2.config import load_config
     from composer2.train import save_checkpoint
     from composer2.model import MoETransformer

@@ -1,8 +1,7 @@
 """Studies through the real `c2` console script: `c2 reproduce` at smoke scale (papermill, results.json, figures,
 the index), a parameter override, a failing notebook, submitit's local executor with a sweep, `c2 study status`,
 and one-line errors (exit status 2) for bad input. Results go to a scratch dir ($C2_RESULTS), never the checkout."""
-import json, os, re, shutil, subprocess
-from pathlib import Path
+import json, re
 import pytest
 from conftest import c2, one_line_error
 
