@@ -71,6 +71,10 @@ class DataConfig:
     packages: list[str] = opt(["tqdm", "omegaconf", "fastcore", "nbdev", "tokenizers"])
     max_files: int = opt(0, lo=0, doc="0 keeps every file; smaller corpora for quick scales")
     prose_max_docs: int = opt(0, lo=0, doc="0 keeps every prose document")
+    prose_dists: list[str] = opt(["torch", "numpy", "omegaconf", "tokenizers", "tqdm", "lightning", "matplotlib", "submitit",
+                                  "triton", "nbdev", "fastcore", "jupyterlab", "papermill", "ipykernel", "pytest"],
+                                 doc="distributions whose descriptions join the prose slice: the project's own pinned "
+                                     "dependencies, so installing anything else never invalidates a build")
     vocab_size: int = opt(8192, lo=300, hi=65535)
     val_fraction: float = opt(0.05, lo=0.0, hi=0.5)
 

@@ -92,14 +92,15 @@ def _docstrings(text: str, min_chars: int = 40) -> str:
     docs = [ast.get_docstring(n) for n in ast.walk(tree) if isinstance(n, _DOC_NODES)]
     return "\n\n".join(d for d in docs if d and len(d) >= min_chars)
 
-def _dists(min_chars: int = 200) -> list[tuple[str, str, str]]:
-    "(name, version, long description) of each installed distribution, composer2 excepted; sorted, one per name."
+def _dists(cfg: DataConfig, min_chars: int = 200) -> list[tuple[str, str, str]]:
+    "(name, version, long description) of the installed distributions named in `prose_dists`; sorted, one per name."
+    wanted = {n.lower().replace("_", "-") for n in cfg.prose_dists}
     seen = {}
     for md in (d.metadata for d in importlib.metadata.distributions()):
         if md is None: continue
         name = (md.get("Name") or "").lower().replace("_", "-")
         text = (md.get_payload() or md.get("Description") or "").strip()
-        if name and name != "composer2" and len(text) >= min_chars:
+        if name in wanted and name != "composer2" and len(text) >= min_chars:
             seen.setdefault(name, []).append((name, md.get("Version") or "", text))
     return [min(v) for _, v in sorted(seen.items())]
 
@@ -115,7 +116,7 @@ def _prose(cfg, code, dists, progress=False) -> list[tuple[str, str, str]]:
 
 def collect_prose(cfg: DataConfig, files: list[SourceFile]) -> list[str]:
     "The general-text documents: per-file docstrings of `files` and installed distributions' descriptions."
-    return [t for _, _, t in _prose(cfg, [(f, f.read()) for f in files], _dists())]
+    return [t for _, _, t in _prose(cfg, [(f, f.read()) for f in files], _dists(cfg))]
 
 # %% ../nbs/01_data.ipynb #01c013
 def internal_codebase(root: Path | None = None) -> str:
@@ -138,7 +139,7 @@ def _manifest(cfg, code, dists) -> dict:
 
 def manifest(cfg: DataConfig) -> dict:
     "The build's identity: `files` [{name, sha256, bytes}], `dists`, `config`, `python` and `key`."
-    return _manifest(cfg, _code(cfg), _dists())
+    return _manifest(cfg, _code(cfg), _dists(cfg))
 
 # %% ../nbs/01_data.ipynb #01c019
 SPLITS = ["code_train", "code_val", "prose_train", "prose_val"]
@@ -170,7 +171,7 @@ def _write_shard(tok, texts: list[str], path: Path, desc: str, progress: bool) -
 def build_data(cfg: Config | DataConfig, progress: bool = True, force: bool = False) -> DataDir:
     "Build (or find in the cache) the corpus snapshot, tokenizer and shards for `cfg`; return its `DataDir`."
     t0, dc = time.time(), _dc(cfg)
-    code, dists = _code(dc), _dists()
+    code, dists = _code(dc), _dists(dc)
     man = _manifest(dc, code, dists)
     root = data_root(dc); out = root / man["key"]
     if (out / "DONE").is_file() and not force: return DataDir(out)
