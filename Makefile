@@ -14,10 +14,15 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)   # Jupyter refuses 
 
 setup: system-packages $(STAMP)
 
-# Debian packages of the real local Slurm cluster (munge, slurmctld, slurmd, slurmdbd, MariaDB): installed when
-# missing and we are root; otherwise one line says so (the Slurm tests are then skipped, which CI counts as failing).
+# Debian packages: bubblewrap (the rollout sandboxes) and the real local Slurm cluster (munge, slurmctld, slurmd,
+# slurmdbd, MariaDB). Installed when missing and we are root; otherwise one line says so (the tests that need them
+# are then skipped, which CI counts as failing).
 system-packages:
 	@bash slurm/cluster.sh install
+	@command -v bwrap >/dev/null || { if [ "$$(id -u)" = 0 ]; then echo "installing bubblewrap"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null \
+		|| { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null; }; \
+		else echo "not installing bubblewrap (needs root: apt-get install bubblewrap); the sandbox tests will be skipped"; fi; }
 
 # Idempotent: reruns only when the packaging files change. torch is installed first from its pin
 # so that nothing else can pull a CUDA build.

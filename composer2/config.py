@@ -12,8 +12,8 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 # %% auto #0
 __all__ = ['EXPERT_BACKENDS', 'C2Error', 'ConfigError', 'opt', 'ModelConfig', 'DataConfig', 'TrainConfig', 'SampleConfig',
-           'PretrainConfig', 'Config', 'validate', 'repo_root', 'scales_dir', 'available_scales', 'load_config',
-           'to_yaml']
+           'PretrainConfig', 'SandboxConfig', 'TasksConfig', 'RewardConfig', 'RLConfig', 'Config', 'validate',
+           'repo_root', 'scales_dir', 'available_scales', 'load_config', 'to_yaml']
 
 # %% ../nbs/00_config.ipynb #00c004
 class C2Error(Exception):
@@ -130,6 +130,74 @@ class PretrainConfig:
     num_nodes: int = opt(1, lo=1)
 
 @dataclass
+class SandboxConfig:
+    "bubblewrap sandboxes (composer2.sandbox): limits of every command a rollout runs."
+    root: str = opt("", doc="where workspaces are created; '' means a fresh directory under the system temp dir")
+    timeout: float = opt(10.0, lo=0.01, doc="default wall-clock seconds per command")
+    cpu_seconds: int = opt(10, lo=1, doc="RLIMIT_CPU")
+    memory_mb: int = opt(1024, lo=16, doc="RLIMIT_AS")
+    max_processes: int = opt(64, lo=1, doc="processes the sandbox may have alive at once")
+    file_size_mb: int = opt(16, lo=1, doc="RLIMIT_FSIZE")
+    max_output: int = opt(16384, lo=64, doc="characters kept of stdout and of stderr each")
+    workers: int = opt(8, lo=1, doc="sandboxes a pool runs concurrently")
+
+@dataclass
+class TasksConfig:
+    "The task suites (composer2.tasks)."
+    suite: str = opt("synthetic", choices=["synthetic", "long_horizon", "c2bench"])
+    n_train: int = opt(200, lo=1)
+    n_eval: int = opt(50, lo=1)
+    seed: int = opt(0)
+    n_files: int = opt(2, lo=1, doc="modules per synthetic repository")
+    n_distractors: int = opt(1, lo=0, doc="functions unrelated to the bug")
+    lines_to_change: int = opt(1, lo=1, doc="bugs to fix per task")
+    bug_kinds: list[str] = opt(["operator", "constant", "comparison", "return", "missing"])
+    max_turns: int = opt(12, lo=1, doc="agent turns before an episode is cut off")
+
+@dataclass
+class RewardConfig:
+    "Reward terms (composer2.rewards): correctness plus behaviour terms and the nonlinear length penalty."
+    correct: float = opt(1.0, doc="reward when the task's tests pass")
+    malformed_call: float = opt(0.1, lo=0.0, doc="penalty per malformed tool call")
+    failed_call: float = opt(0.02, lo=0.0, doc="penalty per tool call that returned an error")
+    unfinished_todo: float = opt(0.05, lo=0.0, doc="penalty per to-do item left open")
+    style: float = opt(0.02, lo=0.0, doc="penalty per ruff finding in edited files")
+    comment_reasoning: float = opt(0.05, lo=0.0, doc="penalty per reasoning-like comment added to code")
+    length_coef: float = opt(1e-4, lo=0.0, doc="coefficient of the length penalty C(x)")
+    length_k: float = opt(1e-3, lo=1e-9)
+    length_q: float = opt(0.5, lo=0.0)
+
+@dataclass
+class RLConfig:
+    "Asynchronous RL (composer2.rl, report section 4)."
+    runs: str = opt("runs/rl", doc="RL runs write to RUNS/SCALE/NAME/")
+    mode: str = opt("async", choices=["async", "sync"])
+    address: str = opt("", doc="Ray cluster address; '' starts a local Ray")
+    num_cpus: int = opt(2, lo=1)
+    rollout_workers: int = opt(1, lo=1)
+    steps: int = opt(20, lo=1)
+    prompts_per_step: int = opt(4, lo=1)
+    group_size: int = opt(4, lo=1)
+    max_staleness: int = opt(1, lo=0, doc="max policy versions a trained token may lag the trainer")
+    lr: float = opt(1e-4, lo=0.0)
+    advantage: str = opt("dr_grpo", choices=["dr_grpo", "grpo"])
+    std_norm: bool = opt(False, doc="GRPO: divide advantages by the group's std")
+    length_norm: bool = opt(False, doc="GRPO: divide each sequence's loss by its length")
+    is_cap: float = opt(2.0, lo=1.0, doc="truncated importance-sampling cap on p_train / p_sample")
+    overlong_mask: bool = opt(False, doc="drop rollouts cut off by the length limit from the loss")
+    kl_estimator: str = opt("k1", choices=["k1", "k2", "k3"])
+    kl_coef: float = opt(0.0, lo=0.0)
+    router_replay: bool = opt(True)
+    summary: str = opt("self", choices=["self", "prompt", "truncate"], doc="what happens when the context fills")
+    summary_trigger: float = opt(0.75, lo=0.1, hi=1.0, doc="fraction of the context that triggers summarisation")
+    difficulty_upsampling: bool = opt(False)
+    eval_every: int = opt(10, lo=1)
+    eval_k: int = opt(8, lo=1, doc="samples per eval prompt for pass@1 and best-of-K")
+    max_new_tokens: int = opt(128, lo=1, doc="tokens per assistant turn")
+    ckpt_every: int = opt(5, lo=1)
+    init: str = opt("sft", doc="'sft' starts from the pretraining pipeline's SFT checkpoint, '' from scratch, else a path")
+
+@dataclass
 class Config:
     "Everything an entry point needs; built by `load_config`."
     scale: str = "smoke"
@@ -138,6 +206,10 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    tasks: TasksConfig = field(default_factory=TasksConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
 
 # %% ../nbs/00_config.ipynb #00c009
 def _check_field(path, value, meta):
