@@ -30,7 +30,7 @@ def opt(default, lo=None, hi=None, choices=None, doc=""):
     return field(default=default, metadata=meta)
 
 # %% ../nbs/00_config.ipynb #00c007
-EXPERT_BACKENDS = ["grouped_mm", "loop", "mxfp8"]  # mxfp8: composer2.mxfp8, imported on first use
+EXPERT_BACKENDS = ["grouped_mm", "loop", "mxfp8", "nvfp4"]  # mxfp8, nvfp4: composer2.mxfp8, imported on first use
 
 @dataclass
 class ModelConfig:
@@ -123,6 +123,8 @@ class PretrainConfig:
     long_rope_base: float = opt(500000.0, lo=2.0)
     sft_steps: int = opt(20, lo=1)
     sft_lr_ratio: float = opt(0.3, lo=0.0, doc="SFT learning rate as a fraction of train.lr")
+    sft_oracle: int = opt(0, lo=0, doc="oracle trajectories of the task suite's train split mixed into SFT (0: none)")
+    sft_oracle_share: float = opt(0.5, lo=0.0, hi=1.0, doc="share of the SFT examples that are oracle trajectories")
     ckpt_every: int = opt(10, lo=1, doc="steps between resumable checkpoints")
     log_every: int = opt(5, lo=1)
     strategy: str = opt("auto", choices=["auto", "ddp", "fsdp"])
@@ -138,6 +140,7 @@ class SandboxConfig:
     memory_mb: int = opt(1024, lo=16, doc="RLIMIT_AS")
     max_processes: int = opt(64, lo=1, doc="processes the sandbox may have alive at once")
     file_size_mb: int = opt(16, lo=1, doc="RLIMIT_FSIZE")
+    tmp_mb: int = opt(64, lo=1, doc="size of the private /tmp and /dev/shm (tmpfs, so RAM) of each command")
     max_output: int = opt(16384, lo=64, doc="characters kept of stdout and of stderr each")
     workers: int = opt(8, lo=1, doc="sandboxes a pool runs concurrently")
 
@@ -171,6 +174,7 @@ class RewardConfig:
 class RLConfig:
     "Asynchronous RL (composer2.rl, report section 4)."
     runs: str = opt("runs/rl", doc="RL runs write to RUNS/SCALE/NAME/")
+    name: str = opt("", doc="run name (NAME above); '' means the mode, async or sync")
     mode: str = opt("async", choices=["async", "sync"])
     address: str = opt("", doc="Ray cluster address; '' starts a local Ray")
     num_cpus: int = opt(2, lo=1)
@@ -193,7 +197,11 @@ class RLConfig:
     difficulty_upsampling: bool = opt(False)
     eval_every: int = opt(10, lo=1)
     eval_k: int = opt(8, lo=1, doc="samples per eval prompt for pass@1 and best-of-K")
-    max_new_tokens: int = opt(128, lo=1, doc="tokens per assistant turn")
+    max_new_tokens: int = opt(128, lo=1, doc="tokens per assistant turn (and per summary)")
+    max_seq_len: int = opt(0, lo=0, doc="context length of a rollout segment; 0 means model.max_seq_len")
+    temperature: float = opt(1.0, lo=0.0, doc="sampling temperature of rollouts and evaluation")
+    eval_prompts: int = opt(0, lo=0, doc="held-out prompts per evaluation; 0 means all of tasks.n_eval")
+    seed: int = opt(0)
     ckpt_every: int = opt(5, lo=1)
     init: str = opt("sft", doc="'sft' starts from the pretraining pipeline's SFT checkpoint, '' from scratch, else a path")
 
@@ -235,7 +243,9 @@ def validate(cfg, prefix=""):
                  (m.d_model % 8 == 0 and m.expert_hidden % 8 == 0,
                   "model.d_model and model.expert_hidden must be multiples of 8 (grouped GEMM needs 16-byte strides)"),
                  (m.expert_backend != "mxfp8" or (m.d_model % 32 == 0 and m.expert_hidden % 32 == 0),
-                  "model.expert_backend=mxfp8 needs model.d_model and model.expert_hidden to be multiples of 32 (the MX block)")]
+                  "model.expert_backend=mxfp8 needs model.d_model and model.expert_hidden to be multiples of 32 (the MX block)"),
+                 (m.expert_backend != "nvfp4" or (m.d_model % 16 == 0 and m.expert_hidden % 16 == 0),
+                  "model.expert_backend=nvfp4 needs model.d_model and model.expert_hidden to be multiples of 16 (the NVFP4 block)")]
         for ok, msg in rules:
             if not ok: raise ConfigError(msg)
     return cfg

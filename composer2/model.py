@@ -11,8 +11,8 @@ from .config import ModelConfig, ConfigError
 
 # %% auto #0
 __all__ = ['GROUPED_GEMMS', 'attn_mask', 'positions', 'KVCache', 'apply_rope', 'Attention', 'SwiGLU', 'loop_grouped_mm',
-           'torch_grouped_mm', 'mxfp8_grouped_mm', 'Routing', 'MoE', 'Block', 'MTPModule', 'ModelOutput',
-           'MoETransformer', 'training_loss']
+           'torch_grouped_mm', 'mxfp8_grouped_mm', 'nvfp4_expert_mm', 'Routing', 'MoE', 'Block', 'MTPModule',
+           'ModelOutput', 'MoETransformer', 'training_loss']
 
 # %% ../nbs/02_model.ipynb #02c006
 def attn_mask(key_valid: torch.Tensor, q_slots: torch.Tensor) -> torch.Tensor:
@@ -127,7 +127,12 @@ def mxfp8_grouped_mm(a, b, offs):
     from composer2.mxfp8 import mxfp8_grouped_mm as fn
     return fn(a, b, offs)
 
-GROUPED_GEMMS = {"grouped_mm": torch_grouped_mm, "loop": loop_grouped_mm, "mxfp8": mxfp8_grouped_mm}
+def nvfp4_expert_mm(a, b, offs):
+    "The NVFP4 Triton backend (`composer2.mxfp8`; forward only, for serving and rollouts), imported on first use."
+    from composer2.mxfp8 import nvfp4_expert_mm as fn
+    return fn(a, b, offs)
+
+GROUPED_GEMMS = {"grouped_mm": torch_grouped_mm, "loop": loop_grouped_mm, "mxfp8": mxfp8_grouped_mm, "nvfp4": nvfp4_expert_mm}
 
 # %% ../nbs/02_model.ipynb #02c013
 @dataclass

@@ -12,12 +12,38 @@ import triton
 import triton.language as tl
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+if INTERPRET:
+    # Triton decorates its own library (tl.zeros, tl.sum's combine, ...) when triton.language is first imported. If
+    # that happened before TRITON_INTERPRET was set -- torch._dynamo imports Triton, and building a torch.optim
+    # optimiser imports torch._dynamo -- those are compiled-mode functions that the interpreter cannot call
+    # ("Cannot call @triton.jit'd outside of the scope of a kernel"): make them interpreted ones.
+    import sys as _sys
+    from triton.runtime.jit import JITFunction as _JITFunction
+    from triton.runtime.interpreter import InterpretedFunction as _InterpretedFunction
+    for _name, _mod in list(_sys.modules.items()):
+        if _name.startswith("triton.language") and _mod is not None:
+            for _k, _v in list(vars(_mod).items()):
+                if isinstance(_v, _JITFunction): setattr(_mod, _k, _InterpretedFunction(_v.fn))
 if INTERPRET:   # the interpreter's integer-overflow checks cost ~30% of its time; GPU builds do not run them either
     import dataclasses
     try:
         from triton.runtime.interpreter import interpreter_builder as _ib
         _ib.options = dataclasses.replace(_ib.options, sanitize_overflow=False)
     except (ImportError, AttributeError, TypeError): pass
+    # The interpreter decodes every `tl.dot_scaled` scale byte as E8M0, also E4M3 (NVFP4) scales; decode those
+    # as E4M3 so that the native NVFP4 GEMM path can be checked on the CPU too.
+    try:
+        import numpy as _np
+        from triton.runtime import interpreter as _interp
+        if not getattr(_interp._dot_scaled_scale_to_f32, "_c2_e4m3", False):
+            _e8m0_scale_to_f32 = _interp._dot_scaled_scale_to_f32
+            _E4M3_LUT = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).float().numpy()
+            def _scale_to_f32(scale_handle, compute_type):
+                if scale_handle.dtype == tl.float8e4nv: return _E4M3_LUT[scale_handle.data.view(_np.uint8)]
+                return _e8m0_scale_to_f32(scale_handle, compute_type)
+            _scale_to_f32._c2_e4m3 = True
+            _interp._dot_scaled_scale_to_f32 = _scale_to_f32
+    except (ImportError, AttributeError): pass
 BLOCK = 32
 E4M3_MAX = 448.0
 MODES = ("floor", "rceil")
@@ -28,9 +54,11 @@ def _err(name, msg):
     return ValueError(f"{name}: {msg}")
 
 # %% auto #0
-__all__ = ['INTERPRET', 'BLOCK', 'E4M3_MAX', 'MODES', 'QUANT_TILES', 'GEMM_TILES', 'E2M1_VALUES', 'to_mx', 'from_mx',
-           'default_impl', 'mx_grouped_mm', 'mx_mm', 'MXGroupedLinear', 'mxfp8_grouped_mm', 'to_nvfp4', 'from_nvfp4',
-           'kernel_variants', 'compile_for', 'parity_run']
+__all__ = ['INTERPRET', 'BLOCK', 'E4M3_MAX', 'MODES', 'QUANT_TILES', 'GEMM_TILES', 'E2M1_VALUES', 'NVFP4_BLOCK', 'NVFP4_ROW_DIV',
+           'NVFP4_TILES', 'NVFP4_IMPLS', 'NVFP4_GEMM_TILES', 'to_mx', 'from_mx', 'default_impl', 'mx_grouped_mm',
+           'mx_mm', 'MXGroupedLinear', 'mxfp8_grouped_mm', 'to_nvfp4', 'from_nvfp4', 'default_nvfp4_impl',
+           'nvfp4_weights', 'nvfp4_grouped_mm', 'nvfp4_mm', 'nvfp4_expert_mm', 'kernel_variants', 'compile_for',
+           'parity_run']
 
 # %% ../nbs/06_mxfp8.ipynb #06c006
 def _e8m0_from_amax(amax: torch.Tensor, mode: str) -> torch.Tensor:
@@ -615,6 +643,8 @@ def mxfp8_grouped_mm(a, b, offs, mode="floor", impl=None):
 # %% ../nbs/06_mxfp8.ipynb #06c034
 E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 _E2M1_TIES = [(0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False)]
+NVFP4_BLOCK = 16
+NVFP4_ROW_DIV = 6.0 * 448.0     # largest E2M1 value times largest E4M3 value
 
 
 def _e2m1_codes(q: torch.Tensor) -> torch.Tensor:
@@ -626,29 +656,124 @@ def _e2m1_codes(q: torch.Tensor) -> torch.Tensor:
     return code | (torch.signbit(q).to(torch.uint8) << 3)
 
 
-def to_nvfp4(x, block=16):
-    """NVFP4 with a per-row FP32 scale (the report's forward variant): returns (packed E2M1 uint8 [..., K/2],
-    E4M3 block scales [..., K/16], FP32 row scales [..., 1]). Row scale = amax/(6*448); block scale =
-    E4M3(block amax/6/row scale); elements = E2M1(x / (block scale * row scale)), IEEE-exact divisions."""
-    _check_x(x)
-    if block != 16: raise _err("block", f"{block} is not supported (NVFP4 uses blocks of 16)")
-    if x.dim() == 0 or x.shape[-1] % 16: raise _err("x", f"last dimension {x.shape[-1] if x.dim() else None} is not a multiple of 16 (pad it first)")
-    xf = x.float()
-    K = x.shape[-1]
+def _to_nvfp4_torch(x2: torch.Tensor):
+    "The reference: x2 [R, K] -> (packed uint8 [R, K/2], E4M3 block scales [R, K/16], FP32 row scales [R, 1])."
+    R, K = x2.shape
+    xf = x2.float()
     amax = xf.abs().amax(-1, keepdim=True)
-    row = amax / (6.0 * 448.0)
-    row = torch.where(amax == 0, torch.ones_like(row), row)
-    xb = xf.reshape(*x.shape[:-1], K // 16, 16)
-    bs = ((xb.abs().amax(-1) / 6.0) / row).to(torch.float8_e4m3fn)        # RNE, saturating
+    bad = ~torch.isfinite(amax)                                          # a NaN or an Inf in the row
+    row = torch.where(amax == 0, 1.0, amax / NVFP4_ROW_DIV)
+    xb = xf.reshape(R, K // 16, 16)
+    live = row > 0                                                        # not underflowed, not NaN
+    bs = ((xb.abs().amax(-1) / 6.0) / torch.where(live, row, 1.0)).to(torch.float8_e4m3fn)   # RNE, saturating
+    bs = torch.where(bad, 0x7F, torch.where(live, bs.view(torch.uint8), 0)).to(torch.uint8).view(torch.float8_e4m3fn)
     eff = bs.float() * row
-    q = torch.where(eff[..., None] > 0, xb / eff[..., None], torch.zeros_like(xb))
-    codes = _e2m1_codes(q).reshape(*x.shape[:-1], K)
-    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
-    return packed, bs, row
+    ok = eff[..., None] > 0                                               # NaN eff (bad rows) -> 0
+    q = torch.where(ok, xb / torch.where(ok, eff[..., None], 1.0), 0.0)
+    codes = _e2m1_codes(q).reshape(R, K)
+    return codes[:, 0::2] | (codes[:, 1::2] << 4), bs, torch.where(bad, float("nan"), row)
+
+
+@triton.jit
+def _e4m3_value(bits):
+    "E4M3 bits (int32; 0x7F, the NaN, is not expected) -> fp32, exactly, from the bits."
+    e = (bits >> 3) & 0xF
+    m = bits & 7
+    v = tl.where(e == 0, m.to(tl.float32) * 0.001953125, (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True))
+    return tl.where((bits & 0x80) != 0, -v, v)
+
+
+@triton.jit
+def _e2m1_code(q):
+    "Round-to-nearest-even, saturating fp32 -> E2M1 code (int32, sign in bit 3, -0 kept)."
+    qb = q.to(tl.int32, bitcast=True)
+    a = (qb & 0x7FFFFFFF).to(tl.float32, bitcast=True)
+    c = ((a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32) + (a > 1.25).to(tl.int32) + (a >= 1.75).to(tl.int32)
+         + (a > 2.5).to(tl.int32) + (a >= 3.5).to(tl.int32) + (a > 5.0).to(tl.int32))
+    return c | ((qb >> 28) & 8)
+
+
+@triton.jit
+def _nvfp4_quant_kernel(x_ptr, p_ptr, bs_ptr, rs_ptr, R, K, sx, sp, sbs,
+                        BR: tl.constexpr, BK: tl.constexpr, IS_BF16: tl.constexpr, INTERP: tl.constexpr):
+    "Quantise [R, K] (K % 16 == 0) to NVFP4 along rows: packed [R, K/2], E4M3 block scales [R, K/16], row scales [R]."
+    r = tl.program_id(0) * BR + tl.arange(0, BR)
+    mr = r < R
+    r64 = r.to(tl.int64)
+    amax = tl.zeros((BR,), dtype=tl.int32)
+    for k0 in range(0, K, BK):        # pass 1: the row amax, on the bits (NaN patterns sort above Inf)
+        c = k0 + tl.arange(0, BK)
+        x = _widen(tl.load(x_ptr + r64[:, None] * sx + c[None, :], mask=mr[:, None] & (c < K)[None, :], other=0), IS_BF16)
+        amax = tl.maximum(amax, tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1))
+    bad = amax >= 0x7F800000
+    row = tl.where(amax == 0, 1.0, tl.math.div_rn(amax.to(tl.float32, bitcast=True), 2688.0))
+    row = tl.where(bad, float("nan"), row)
+    tl.store(rs_ptr + r64, row, mask=mr)
+    for k0 in range(0, K, BK):        # pass 2: block scales and E2M1 codes
+        c = k0 + tl.arange(0, BK)
+        x = _widen(tl.load(x_ptr + r64[:, None] * sx + c[None, :], mask=mr[:, None] & (c < K)[None, :], other=0), IS_BF16)
+        xb = tl.reshape(x, (BR, BK // 16, 16))
+        bam = tl.max(xb.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2).to(tl.float32, bitcast=True)
+        live = (row > 0)[:, None]                                  # not underflowed, not NaN
+        bsf = tl.math.div_rn(tl.math.div_rn(bam, 6.0), tl.where(live, row[:, None], 1.0))
+        bsb = tl.where(bad[:, None], 0x7F, tl.where(live, _e4m3_bits(bsf, bsf, INTERP).to(tl.int32), 0))
+        eff = (_e4m3_value(bsb) * row[:, None])[:, :, None]
+        q = tl.where(eff > 0, tl.math.div_rn(xb, tl.where(eff > 0, eff, 1.0)), 0.0)
+        lo, hi = tl.split(tl.reshape(_e2m1_code(q), (BR, BK // 2, 2)))
+        cp = k0 // 2 + tl.arange(0, BK // 2)
+        tl.store(p_ptr + r64[:, None] * sp + cp[None, :], (lo | (hi << 4)).to(tl.uint8),
+                 mask=mr[:, None] & (cp < K // 2)[None, :])
+        cb = k0 // 16 + tl.arange(0, BK // 16)
+        tl.store(bs_ptr + r64[:, None] * sbs + cb[None, :], bsb.to(tl.uint8), mask=mr[:, None] & (cb < K // 16)[None, :])
+
+# %% ../nbs/06_mxfp8.ipynb #06c035
+NVFP4_TILES = {"interpret": dict(row_elems=16384, cols=4096), "gpu": dict(cols=1024)}   # GPU: rows per program autotuned
+_NVFP4_Q_CONFIGS = [_C(dict(BR=br), num_warps=w) for br, w in [(4, 4), (8, 4), (16, 8), (2, 4), (32, 8)]]
+_nvfp4_quant_tuned = _tuned(_nvfp4_quant_kernel, _NVFP4_Q_CONFIGS, ["K", "BK", "IS_BF16"])
+
+
+def _nvfp4_quant(x2):
+    "Launch the NVFP4 quantiser on a contiguous 2-d tensor [R, K]."
+    R, K = x2.shape
+    p = torch.empty((R, K // 2), dtype=torch.uint8, device=x2.device)
+    bs = torch.empty((R, K // 16), dtype=torch.uint8, device=x2.device)
+    rs = torch.empty((R,), dtype=torch.float32, device=x2.device)
+    if R:
+        args = (_bits_view(x2), p, bs, rs, R, K, x2.stride(0), p.stride(0), bs.stride(0))
+        if INTERPRET:
+            t = NVFP4_TILES["interpret"]
+            BK = min(t["cols"], triton.next_power_of_2(K))
+            BR = max(1, min(t["row_elems"] // BK, triton.next_power_of_2(R)))
+            _nvfp4_quant_kernel[(triton.cdiv(R, BR),)](*args, BR=BR, BK=BK, IS_BF16=x2.dtype == torch.bfloat16, INTERP=True)
+        else:
+            BK = min(NVFP4_TILES["gpu"]["cols"], triton.next_power_of_2(K))
+            _nvfp4_quant_tuned[lambda META: (triton.cdiv(R, META["BR"]),)](*args, BK=BK, IS_BF16=False, INTERP=False)
+    return p, bs.view(torch.float8_e4m3fn), rs[:, None]
+
+
+def to_nvfp4(x, block=16, backend="triton"):
+    """NVFP4 along the last dimension with a per-row FP32 scale (the report's forward variant): returns (packed E2M1
+    uint8 [..., K/2] (first element in the low nibble), E4M3 block scales [..., K/16], FP32 row scales [..., 1]).
+    Row scale = amax/(6*448); block scale = E4M3(block amax/6/row scale); elements = E2M1(x / (block scale * row
+    scale)); IEEE-exact divisions. `backend` "triton" (the kernel) or "torch" (the reference); bit-identical."""
+    _check_x(x)
+    if block != NVFP4_BLOCK: raise _err("block", f"{block} is not supported (NVFP4 uses blocks of 16)")
+    if backend not in ("triton", "torch"): raise _err("backend", f"{backend!r} is not one of triton, torch")
+    K = x.shape[-1] if x.dim() else None
+    if not K or K % NVFP4_BLOCK:
+        raise _err("x", f"last dimension {K} is not a positive multiple of 16 (pad it first)")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, K)
+    if backend == "torch" or x.device.type == "cpu" and not INTERPRET:
+        p, bs, rs = _to_nvfp4_torch(x2)
+    else:
+        p, bs, rs = _nvfp4_quant(x2.contiguous())
+    return p.reshape(*lead, K // 2), bs.reshape(*lead, K // 16), rs.reshape(*lead, 1)
 
 
 def from_nvfp4(packed, block_scale, row_scale, dtype=torch.float32):
-    "Dequantise NVFP4 (packed E2M1 pairs, low nibble first; E4M3 block-16 scales; FP32 row scales)."
+    """Dequantise NVFP4 (packed E2M1 pairs, low nibble first; E4M3 block-16 scales; FP32 row scales): computed exactly
+    in float64, rounded once to `dtype` (so `dtype=torch.float64` is the exact value)."""
     if not isinstance(packed, torch.Tensor) or packed.dtype != torch.uint8:
         raise _err("packed", f"expected uint8 pairs of E2M1 codes, got {getattr(packed, 'dtype', type(packed).__name__)}")
     if not isinstance(block_scale, torch.Tensor) or block_scale.dtype != torch.float8_e4m3fn:
@@ -658,12 +783,198 @@ def from_nvfp4(packed, block_scale, row_scale, dtype=torch.float32):
         raise _err("block_scale", f"shape {tuple(block_scale.shape)} does not match packed {tuple(packed.shape)}")
     if not isinstance(row_scale, torch.Tensor) or tuple(row_scale.shape) != (*packed.shape[:-1], 1):
         raise _err("row_scale", f"expected shape {(*packed.shape[:-1], 1)}")
+    if row_scale.dtype != torch.float32: raise _err("row_scale", f"expected float32, got {row_scale.dtype}")
     codes = torch.stack([packed & 0xF, packed >> 4], -1).reshape(*packed.shape[:-1], K)
-    v = E2M1_VALUES.to(packed.device)[(codes & 7).long()] * torch.where((codes & 8) > 0, -1.0, 1.0)
-    eff = (block_scale.float() * row_scale.float()).repeat_interleave(16, -1)
+    v = E2M1_VALUES.double().to(packed.device)[(codes & 7).long()] * torch.where((codes & 8) > 0, -1.0, 1.0).double()
+    eff = block_scale.double().repeat_interleave(16, -1) * row_scale.double()
     return (v * eff).to(dtype)
 
-# %% ../nbs/06_mxfp8.ipynb #06c040
+# %% ../nbs/06_mxfp8.ipynb #06c043
+@triton.jit
+def _nvfp4_tile(p, s, BR: tl.constexpr, BK: tl.constexpr):
+    """Packed E2M1 [BR, BK/2] (uint8) and E4M3 scale bytes [BR, BK/16] -> element * block scale [BR, BK] fp32, exact.
+    Decoded on the bits, inline (each nested jit call costs the interpreter milliseconds)."""
+    c = tl.join(p.to(tl.int32) & 0xF, p.to(tl.int32) >> 4)                       # [BR, BK/2, 2]: low nibble first
+    e, m = (c >> 1) & 3, c & 1
+    v = (tl.where(e > 0, ((e + 126) << 23) | (m << 22), m * 0x3F000000) | ((c & 8) << 28)).to(tl.float32, bitcast=True)
+    sb = s.to(tl.int32)                                                          # E4M3 bits, 0x7F (NaN) not expected
+    se, sm = (sb >> 3) & 0xF, sb & 7
+    sv = tl.where(se == 0, sm.to(tl.float32) * 0.001953125, (((se + 120) << 23) | (sm << 20)).to(tl.float32, bitcast=True))
+    return tl.reshape(tl.reshape(v, (BR, BK // 16, 16)) * sv[:, :, None], (BR, BK))
+
+
+@triton.jit
+def _nvfp4_grouped_mm_kernel(a_ptr, sa_ptr, ra_ptr, b_ptr, sb_ptr, rb_ptr, c_ptr, offs_ptr, N, K, G,
+                             sam, ssam, sram, sbe, sbn, ssbe, ssbn, srbe, srbn, scm, scn,
+                             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G_P2: tl.constexpr,
+                             DOT_SCALED: tl.constexpr, DOT_BF16: tl.constexpr):
+    """C[rows of g] = A[rows] @ B[g]^T for NVFP4 A [M, K] (packed [M, K/2], E4M3 scales [M, K/16], row scales [M])
+    and B [G, N, K] likewise, both blocked along K; rows of group g are offs[g-1]:offs[g]."""
+    pm, pn = tl.program_id(0), tl.program_id(1)
+    g_ar = tl.arange(0, G_P2)
+    ends = tl.load(offs_ptr + g_ar, mask=g_ar < G, other=0)
+    starts = tl.load(offs_ptr + g_ar - 1, mask=(g_ar > 0) & (g_ar < G), other=0)
+    tend = tl.cumsum(tl.where(g_ar < G, (ends - starts + BM - 1) // BM, 0), axis=0)
+    tend = tl.where(g_ar < G, tend, 2147483647)
+    g = tl.sum((tend <= pm).to(tl.int32), axis=0)
+    if g < G:
+        t0 = tl.sum(tl.where(g_ar == g - 1, tend, 0), axis=0)
+        m0 = tl.sum(tl.where(g_ar == g, starts, 0), axis=0)
+        m1 = tl.sum(tl.where(g_ar == g, ends, 0), axis=0)
+        rm = m0 + (pm - t0) * BM + tl.arange(0, BM)
+        rn = pn * BN + tl.arange(0, BN)
+        mm, mn = rm < m1, rn < N
+        rm64, rn64 = rm.to(tl.int64), rn.to(tl.int64)
+        b_base = b_ptr + g.to(tl.int64) * sbe
+        sb_base = sb_ptr + g.to(tl.int64) * ssbe
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            rk = k0 // 2 + tl.arange(0, BK // 2)          # packed bytes
+            mk = rk < K // 2
+            rs = k0 // 16 + tl.arange(0, BK // 16)        # block scales
+            ms = rs < K // 16
+            a = tl.load(a_ptr + rm64[:, None] * sam + rk[None, :], mask=mm[:, None] & mk[None, :], other=0)
+            bt = tl.load(b_base + rn64[:, None] * sbn + rk[None, :], mask=mn[:, None] & mk[None, :], other=0)
+            sa = tl.load(sa_ptr + rm64[:, None] * ssam + rs[None, :], mask=mm[:, None] & ms[None, :], other=0)
+            sb = tl.load(sb_base + rn64[:, None] * ssbn + rs[None, :], mask=mn[:, None] & ms[None, :], other=0)
+            if DOT_SCALED:   # NVFP4 block-scaled MMA on sm_100 (E4M3 scales, blocks of 16)
+                acc = tl.dot_scaled(a, sa.to(tl.float8e4nv, bitcast=True), "e2m1",
+                                    tl.trans(bt), sb.to(tl.float8e4nv, bitcast=True), "e2m1", acc)
+            else:            # exact element*scale tiles; BF16 holds them exactly
+                av = _nvfp4_tile(a, sa, BM, BK)
+                bv = _nvfp4_tile(bt, sb, BN, BK)
+                if DOT_BF16:
+                    acc = tl.dot(av.to(tl.bfloat16), tl.trans(bv.to(tl.bfloat16)), acc)
+                else:
+                    acc = tl.dot(av, tl.trans(bv), acc, input_precision="ieee")
+        ra = tl.load(ra_ptr + rm64 * sram, mask=mm, other=0.0)
+        rb = tl.load(rb_ptr + g.to(tl.int64) * srbe + rn64 * srbn, mask=mn, other=0.0)
+        out = acc * ra[:, None] * rb[None, :]
+        tl.store(c_ptr + rm64[:, None] * scm + rn64[None, :] * scn, out.to(c_ptr.dtype.element_ty),
+                 mask=mm[:, None] & mn[None, :])
+
+
+NVFP4_IMPLS = ("dequant", "dot_scaled")
+NVFP4_GEMM_TILES = {"interpret": dict(BM=128, BN=128, BK=128)}                 # GPU: autotuned
+_NVFP4_GEMM_CONFIGS = {
+    "dequant": [_C(dict(BM=bm, BN=bn, BK=bk), num_warps=w, num_stages=st) for bm, bn, bk, w, st in
+                [(128, 128, 64, 8, 3), (128, 128, 128, 8, 3), (64, 128, 128, 4, 3), (128, 64, 128, 4, 3), (128, 256, 64, 8, 3)]],
+    "dot_scaled": [_C(dict(BM=bm, BN=bn, BK=bk), num_warps=w, num_stages=st) for bm, bn, bk, w, st in
+                   [(128, 128, 128, 4, 3), (128, 128, 256, 8, 3), (128, 256, 128, 8, 3), (128, 64, 256, 4, 3)]]}
+_nvfp4_gmm_tuned = {k: _tuned(_nvfp4_grouped_mm_kernel, v, ["N", "K", "DOT_SCALED"]) for k, v in _NVFP4_GEMM_CONFIGS.items()}
+
+
+def default_nvfp4_impl(device=None) -> str:
+    "'dot_scaled' (native NVFP4 MMA) on sm_100+; 'dequant' on older GPUs (BF16 tensor cores) and in the interpreter."
+    if INTERPRET or not torch.cuda.is_available(): return "dequant"
+    return "dot_scaled" if torch.cuda.get_device_capability(device)[0] >= 10 else "dequant"
+
+
+def _check_nvfp4(op, name, ndim):
+    "Validate an NVFP4 operand (packed, block_scale, row_scale) whose packed data has `ndim` dims; return it, K."
+    if not (isinstance(op, (tuple, list)) and len(op) == 3):
+        raise _err(name, "expected an NVFP4 operand (packed, block_scale, row_scale) as returned by to_nvfp4")
+    p, s, r = op
+    if not isinstance(p, torch.Tensor) or p.dtype != torch.uint8:
+        raise _err(name, f"packed data must be uint8, got {getattr(p, 'dtype', type(p).__name__)}")
+    if not isinstance(s, torch.Tensor) or s.dtype not in (torch.float8_e4m3fn, torch.uint8):
+        raise _err(name, f"block scales must be float8_e4m3fn, got {getattr(s, 'dtype', type(s).__name__)}")
+    if not isinstance(r, torch.Tensor) or r.dtype != torch.float32:
+        raise _err(name, f"row scales must be float32, got {getattr(r, 'dtype', type(r).__name__)}")
+    if p.dim() != ndim: raise _err(name, f"packed data must be {ndim}-d, got shape {tuple(p.shape)}")
+    K = p.shape[-1] * 2
+    if K % NVFP4_BLOCK: raise _err(name, f"reduction dimension {K} is not a multiple of 16")
+    if tuple(s.shape) != (*p.shape[:-1], K // 16):
+        raise _err(name, f"block-scale shape {tuple(s.shape)} does not match packed {tuple(p.shape)} (expected {(*p.shape[:-1], K // 16)})")
+    if tuple(r.shape) != (*p.shape[:-1], 1):
+        raise _err(name, f"row-scale shape {tuple(r.shape)} does not match packed {tuple(p.shape)} (expected {(*p.shape[:-1], 1)})")
+    if not (p.is_contiguous() and s.is_contiguous() and r.is_contiguous()): raise _err(name, "must be contiguous")
+    if not (p.device == s.device == r.device): raise _err(name, "packed data and scales are on different devices")
+    return p, s.view(torch.uint8), r, K
+
+
+def _launch_nvfp4(xp, xs, xr, wp, ws, wr, offs, M, N, K, G, out_dtype, impl):
+    "Launch the grouped NVFP4 kernel (operands validated)."
+    if impl not in NVFP4_IMPLS: raise _err("impl", f"{impl!r} is not one of {', '.join(NVFP4_IMPLS)}")
+    c = torch.empty((M, N), dtype=out_dtype, device=xp.device)
+    if M == 0 or N == 0: return c
+    args = (xp, xs, xr, wp, ws, wr, c, offs, N, K, G, xp.stride(0), xs.stride(0), xr.stride(0),
+            wp.stride(0), wp.stride(1), ws.stride(0), ws.stride(1), wr.stride(0), wr.stride(1), c.stride(0), c.stride(1))
+    if INTERPRET:
+        t = NVFP4_GEMM_TILES["interpret"]
+        _nvfp4_grouped_mm_kernel[(triton.cdiv(M, t["BM"]) + G, triton.cdiv(N, t["BN"]))](
+            *args, BM=t["BM"], BN=t["BN"], BK=t["BK"], G_P2=triton.next_power_of_2(G), DOT_SCALED=impl == "dot_scaled",
+            DOT_BF16=False)
+    else:
+        grid = lambda META: (triton.cdiv(M, META["BM"]) + G, triton.cdiv(N, META["BN"]))
+        _nvfp4_gmm_tuned[impl][grid](*args, G_P2=triton.next_power_of_2(G), DOT_SCALED=impl == "dot_scaled", DOT_BF16=True)
+    return c
+
+
+def nvfp4_weights(b, backend="triton"):
+    "NVFP4 of weights b [G, K, N] (or [K, N]) as the GEMMs take them: b transposed, [G, N, K], quantised along K."
+    _check_x(b, "b")
+    if b.dim() not in (2, 3): raise _err("b", f"expected [K, N] or [G, K, N], got shape {tuple(b.shape)}")
+    return to_nvfp4(b.transpose(-2, -1).contiguous(), backend=backend)
+
+
+def nvfp4_grouped_mm(x, w, offsets, out_dtype=torch.bfloat16, impl=None):
+    """Grouped NVFP4 GEMM: rows offsets[g-1]:offsets[g] of x times expert g. x = to_nvfp4(a [M, K]); w =
+    nvfp4_weights(b [G, K, N]) (NVFP4 of [G, N, K]); FP32 accumulation and row scales, `out_dtype` [M, N] out."""
+    xp, xs, xr, K = _check_nvfp4(x, "x", 2)
+    wp, ws, wr, K2 = _check_nvfp4(w, "w", 3)
+    M, (G, N) = xp.shape[0], wp.shape[:2]
+    if K2 != K: raise _err("w", f"reduction dimension {K2} does not match x's {K}")
+    if wp.device != xp.device: raise _err("w", "is on another device than x")
+    if out_dtype not in (torch.bfloat16, torch.float32): raise _err("out_dtype", f"{out_dtype} (bfloat16 or float32)")
+    offs = _check_offsets(offsets, M, G, xp.device)
+    return _launch_nvfp4(xp, xs, xr, wp, ws, wr, offs, M, N, K, G, out_dtype, impl or default_nvfp4_impl(xp.device))
+
+
+def nvfp4_mm(a, b, out_dtype=torch.bfloat16, impl=None):
+    "NVFP4 GEMM a @ b^T: a = to_nvfp4(A [M, K]), b = NVFP4 of [N, K] (nvfp4_weights(B [K, N]), or an nn.Linear weight)."
+    _, _, _, K = _check_nvfp4(a, "a", 2)
+    bp, bs, br, Kb = _check_nvfp4(b, "b", 2)
+    if Kb != K: raise _err("b", f"reduction dimension {Kb} does not match a's {K}")
+    offs = torch.tensor([a[0].shape[0]], dtype=torch.int32, device=a[0].device)
+    return nvfp4_grouped_mm(a, (bp[None], bs[None], br[None]), offs, out_dtype, impl)
+
+# %% ../nbs/06_mxfp8.ipynb #06c047
+import weakref
+from .config import C2Error
+
+_NVFP4_WEIGHTS: dict = {}     # id(weight) -> (weakref, version, quantised); entries leave with their tensor
+
+
+def _cached_nvfp4_weights(b):
+    "nvfp4_weights(b), quantised again only when b is a new tensor or was modified in place."
+    try: version = b._version
+    except RuntimeError: return nvfp4_weights(b)           # inference tensors have no version counter
+    key, hit = id(b), _NVFP4_WEIGHTS.get(id(b))
+    if hit is not None and hit[0]() is b and hit[1] == version and hit[2][0].device == b.device: return hit[2]
+    q = nvfp4_weights(b.detach())
+    try: ref = weakref.ref(b, lambda _, k=key: _NVFP4_WEIGHTS.pop(k, None))
+    except TypeError: return q
+    _NVFP4_WEIGHTS[key] = (ref, version, q)
+    return q
+
+
+def nvfp4_expert_mm(a, b, offs, impl=None):
+    """The model's `nvfp4` expert backend (forward only): fn(a [M, K], b [G, K, N], offs int32 cumulative ends) ->
+    [M, N] in a's dtype (bf16 under CUDA autocast). K must be a multiple of 16. Raises C2Error if gradients are needed."""
+    _check_x(a, "a"); _check_x(b, "b")
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        raise C2Error("model.expert_backend=nvfp4 is forward-only (serving and rollouts): train with mxfp8 or "
+                      "grouped_mm, or run the forward under torch.no_grad()")
+    if a.is_cuda and torch.is_autocast_enabled("cuda"):
+        a = a.to(torch.get_autocast_dtype("cuda"))
+    if a.dim() != 2 or b.dim() != 3 or b.shape[1] != a.shape[1]:
+        raise _err("b", f"shapes a {tuple(a.shape)} and b {tuple(b.shape)} are not [M, K] and [G, K, N]")
+    if a.shape[1] % NVFP4_BLOCK: raise _err("b", f"K={a.shape[1]} must be a multiple of 16 (NVFP4 blocks); pad the expert dims")
+    offs = _check_offsets(offs, a.shape[0], b.shape[0], a.device)
+    return nvfp4_grouped_mm(to_nvfp4(a), _cached_nvfp4_weights(b), offs, out_dtype=a.dtype, impl=impl)
+
+# %% ../nbs/06_mxfp8.ipynb #06c057
 def kernel_variants():
     "(name, kernel, signature, constexprs) for every kernel variant the module launches on a GPU."
     i32, u8 = "i32", "*u8"
@@ -690,6 +1001,17 @@ def kernel_variants():
                          bend_ptr="*i32", P=i32, Q=i32,
                          **{k: i32 for k in "sap sam ssap ssab sbq sbm ssbq ssbb sce scp scq".split()}),
                     dict(BP=128, BQ=128, BKR=64 if impl == "fp8" else 128, DOT_SCALED=impl == "dot_scaled")))
+    for xdt in ("*bf16", "*fp32"):
+        out.append((f"nvfp4_quant[{xdt[1:]}]", _nvfp4_quant_kernel,
+                    dict(x_ptr=xdt, p_ptr=u8, bs_ptr=u8, rs_ptr="*fp32", R=i32, K=i32, sx=i32, sp=i32, sbs=i32),
+                    dict(BR=8, BK=1024, IS_BF16=False, INTERP=False)))
+    for impl in NVFP4_IMPLS:
+        for cdt in ("*bf16", "*fp32"):
+            out.append((f"nvfp4_mm[{impl},{cdt[1:]}]", _nvfp4_grouped_mm_kernel,
+                        dict(a_ptr=u8, sa_ptr=u8, ra_ptr="*fp32", b_ptr=u8, sb_ptr=u8, rb_ptr="*fp32", c_ptr=cdt,
+                             offs_ptr="*i32", N=i32, K=i32, G=i32,
+                             **{k: i32 for k in "sam ssam sram sbe sbn ssbe ssbn srbe srbn scm scn".split()}),
+                        dict(BM=128, BN=128, BK=128, G_P2=64, DOT_SCALED=impl == "dot_scaled", DOT_BF16=True)))
     return out
 
 
@@ -711,7 +1033,7 @@ def compile_for(capability: int, names=None) -> dict:
         times[name] = round(time.time() - t0, 2)
     return times
 
-# %% ../nbs/06_mxfp8.ipynb #06c045
+# %% ../nbs/06_mxfp8.ipynb #06c064
 def parity_run(backend: str, steps: int = 300, device: str = "cuda", autocast: bool = True, seed: int = 0,
                batch: int = 16, seq: int = 128, lr: float = 3e-3) -> list[float]:
     "Train the smoke model on this repo's source bytes with `expert_backend=backend`; return the loss per step."
