@@ -15,12 +15,13 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from .config import C2Error, Config, to_yaml
 from .data import DataDir, PAD_ID, open_data
 from .model import MoETransformer, training_loss
+from .tools import SYSTEM_PROMPT, Message, Transcript, format_tool_call
 from .train import build_model, codebase_nll, load_checkpoint, lr_at, save_checkpoint
 
 # %% auto #0
 __all__ = ['STAGES', 'LEVELS', 'PEAK_BF16_FLOPS', 'StagePlan', 'stage_dir', 'stage_plan', 'WindowStream', 'TranscriptStream',
-           'render_transcript', 'sft_examples', 'flops_per_token', 'peak_flops', 'PretrainModule', 'AtomicCheckpointIO',
-           'StageCallback', 'read_losses', 'run_stage', 'Preempted']
+           'render_transcript', 'sft_examples', 'mix_oracle', 'flops_per_token', 'peak_flops', 'PretrainModule',
+           'AtomicCheckpointIO', 'StageCallback', 'read_losses', 'run_stage', 'Preempted']
 
 # %% ../nbs/07_pretrain.ipynb #07c006
 STAGES = ["base", "cpt", "mtp", "long", "sft"]
@@ -110,28 +111,31 @@ class TranscriptStream(WindowStream):
         m = torch.zeros(self.batch_size, self.seq_len + 1)
         for r, i in enumerate(torch.randint(0, len(self.examples), (self.batch_size,), generator=g).tolist()):
             ids, mask = self.examples[i]
-            ids, mask = ids[: self.seq_len + 1], mask[: self.seq_len + 1]
+            ids, mask = ids[-(self.seq_len + 1):], mask[-(self.seq_len + 1):]   # too long: keep the end, the model's turns
             x[r, :len(ids)] = torch.tensor(ids); m[r, :len(mask)] = torch.tensor(mask, dtype=torch.float)
         return x[:, :-1], x[:, 1:], m[:, 1:]   # the mask applies to the predicted token
 
 # %% ../nbs/07_pretrain.ipynb #07c011
 def render_transcript(data: DataDir, turns: list[tuple[str, str]]) -> tuple[list[int], list[int]]:
-    "Token ids and loss mask of (role, text) turns; roles: system, user, assistant, tool_call, tool_result."
-    ids, mask = [], []
-    wrap = {"system": ("<|system|>", "<|end_turn|>"), "user": ("<|user|>", "<|end_turn|>"),
-            "assistant": ("<|assistant|>", "<|end_turn|>"), "tool_call": ("<|assistant|><|tool_call|>", "<|/tool_call|><|end_turn|>"),
-            "tool_result": ("<|tool_result|>", "<|/tool_result|>")}
-    for role, text in turns:
-        pre, post = wrap[role]
-        own = role in ("assistant", "tool_call")
-        a, b, c = data.encode(pre), data.encode(text), data.encode(post)
-        ids += a + b + c
-        mask += [0] * len(a) + [int(own)] * (len(b) + len(c))   # the model writes its text and closes its turn
-    return ids, mask
+    "Token ids and loss mask of (role, text) messages: a `composer2.tools.Transcript` rendered."
+    return Transcript([Message(role, text) for role, text in turns]).render(data)
 
-def sft_examples(data: DataDir, n: int = 2000, max_chars: int = 1200) -> list[tuple[list[int], list[int]]]:
-    "Targeted coding tasks from the training corpus's documented functions, as agent transcripts."
-    val = set(data.manifest.get("val_names", []))
+def sft_examples(data: DataDir, n: int = 2000, max_chars: int = 1200, cfg: Config | None = None) -> list[tuple[list[int], list[int]]]:
+    "Targeted coding tasks from the corpus's documented functions, as agent transcripts; plus oracle trajectories when `cfg.pretrain.sft_oracle` > 0."
+    out = _corpus_sft(data, n, max_chars)
+    if cfg is None or not cfg.pretrain.sft_oracle: return out
+    from composer2.tasks import oracle_transcripts   # sandboxed episodes of the oracle on the train split
+    return mix_oracle(out, [t.render(data) for t in oracle_transcripts(cfg, cfg.pretrain.sft_oracle)], cfg.pretrain.sft_oracle_share)
+
+def mix_oracle(examples: list, oracle: list, share: float) -> list:
+    "`examples` with the `oracle` examples repeated to make up `share` of the result (cut to that share when they are more)."
+    if not oracle or share <= 0: return list(examples)
+    if share >= 1: return list(oracle)
+    k = max(1, round(len(examples) * share / (1 - share)))
+    return list(examples) + [oracle[i % len(oracle)] for i in range(k)]
+
+def _corpus_sft(data: DataDir, n: int, max_chars: int) -> list[tuple[list[int], list[int]]]:
+    val = set(data.manifest["val"]["code"])   # held-out files stay held out
     out = []
     with open(data.path / "corpus.jsonl") as f:
         for line in f:
@@ -146,15 +150,16 @@ def sft_examples(data: DataDir, n: int = 2000, max_chars: int = 1200) -> list[tu
                 sig = src.split("\n", 1)[0].strip().rstrip(":")
                 path = doc["name"].split("/", 1)[-1]
                 task = f"In {path}, implement `{sig}`: {ast.get_docstring(node).splitlines()[0]}"
-                call = json.dumps({"name": "write_file", "arguments": {"path": path, "content": src}})
-                out.append(render_transcript(data, [("system", "You are a coding agent. Use the tools."), ("user", task),
-                                                    ("tool_call", call), ("tool_result", f"wrote {src.count(chr(10)) + 1} lines to {path}"),
-                                                    ("assistant", f"Implemented `{node.name}` in {path}.")]))
+                t = Transcript().add("system", SYSTEM_PROMPT).add("user", task)
+                t.add("assistant", format_tool_call("write_file", {"path": path, "content": src}))
+                t.add("tool_result", f"wrote {len(src.splitlines())} lines to {path}")   # what the write_file tool answers
+                t.add("assistant", format_tool_call("finish", {"message": f"Implemented `{node.name}` in {path}."}))
+                out.append(t.render(data))
                 if len(out) >= n: return out
     if not out: raise C2Error(f"no documented functions in {data.path / 'corpus.jsonl'} to build SFT transcripts from")
     return out
 
-# %% ../nbs/07_pretrain.ipynb #07c013
+# %% ../nbs/07_pretrain.ipynb #07c014
 PEAK_BF16_FLOPS = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12, "B200": 2250e12, "L40S": 362e12}
 
 def flops_per_token(model: MoETransformer, seq_len: int) -> float:
@@ -247,7 +252,7 @@ class PretrainModule(L.LightningModule):
     def on_validation_epoch_end(self):
         self.log("val/internal_nll", codebase_nll(self.model, self.internal, min(self.plan.seq_len, 512))["nll"])
 
-# %% ../nbs/07_pretrain.ipynb #07c015
+# %% ../nbs/07_pretrain.ipynb #07c016
 class AtomicCheckpointIO(TorchCheckpointIO):
     "Write to a temporary file, then rename: a killed process never leaves a half-written checkpoint."
     def save_checkpoint(self, checkpoint, path, storage_options=None):
@@ -287,7 +292,7 @@ def read_losses(out: Path) -> dict[int, float]:
             r = json.loads(line); rec[r["step"]] = float.fromhex(r["loss"])
     return rec
 
-# %% ../nbs/07_pretrain.ipynb #07c017
+# %% ../nbs/07_pretrain.ipynb #07c018
 def _load_init(module: PretrainModule, plan: StagePlan, data: DataDir, cmd: str):
     for path, what in [(plan.init_from, "weights"), (plan.mtp_from, "MTP modules")]:
         if path is None: continue
@@ -339,7 +344,7 @@ def run_stage(cfg: Config, stage: str, level: str | None = None, data: DataDir |
     module = PretrainModule(cfg, plan, data.vocab_size, internal)
     _load_init(module, plan, data, cmd)
     t = cfg.train
-    if plan.sft: stream = TranscriptStream(sft_examples(data), plan.batch_size, plan.seq_len, t.seed)
+    if plan.sft: stream = TranscriptStream(sft_examples(data, cfg=cfg), plan.batch_size, plan.seq_len, t.seed)
     else:
         stream = WindowStream([data.tokens("prose_train"), data.tokens("code_train")],
                               [plan.prose_fraction, 1 - plan.prose_fraction], plan.batch_size, plan.seq_len, t.seed)

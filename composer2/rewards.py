@@ -10,8 +10,10 @@ from typing import Mapping
 import numpy as np
 
 # %% auto #0
-__all__ = ['EFFORT_TERMS', 'length_penalty', 'length_penalty_slope', 'Effort', 'EffortWeights', 'weighted_effort',
-           'effort_penalty']
+__all__ = ['EFFORT_TERMS', 'STYLE_RULES', 'STYLE_LINE_LENGTH', 'REWARD_TERMS', 'length_penalty', 'length_penalty_slope', 'Effort',
+           'EffortWeights', 'weighted_effort', 'effort_penalty', 'ruff_path', 'ruff_findings', 'new_style_findings',
+           'comment_lines', 'reasoning_comments', 'RewardBreakdown', 'changed_python_files', 'compute_reward',
+           'effort_from_transcript']
 
 # %% ../nbs/10_rewards.ipynb #10c004
 def _xp(x):
@@ -73,3 +75,163 @@ def weighted_effort(effort: Effort | Mapping, weights: EffortWeights | Mapping |
 def effort_penalty(effort: Effort | Mapping, weights=None, k: float = 1e-3, q: float = 0.5, coef: float = 1.0):
     "The term the RL reward subtracts: coef * C(weighted_effort(effort))."
     return coef * length_penalty(weighted_effort(effort, weights), k, q)
+
+# %% ../nbs/10_rewards.ipynb #10c011
+import io, json, os, re, shutil, subprocess, sys, tempfile, tokenize
+from collections import Counter
+from dataclasses import field
+from pathlib import Path
+from .config import C2Error
+
+STYLE_RULES = ("E", "F", "W", "B")   # pycodestyle errors and warnings, pyflakes, bugbear
+STYLE_LINE_LENGTH = 120
+
+def ruff_path() -> str:
+    "The `ruff` executable: next to this Python (its venv's bin), else on PATH; `C2Error` if neither."
+    p = Path(sys.executable).parent / "ruff"
+    if p.is_file() and os.access(p, os.X_OK): return str(p)
+    if w := shutil.which("ruff"): return w
+    raise C2Error("ruff is not installed: pip install ruff (the style reward runs it)")
+
+def ruff_findings(files: Mapping[str, str], select=STYLE_RULES) -> dict[str, list[dict]]:
+    "Ruff's findings {path: [{code, row, line, message}]} for {relative path: text}, checked in isolation from any config."
+    out = {rel: [] for rel in files}
+    if not files: return out
+    with tempfile.TemporaryDirectory(prefix="c2-ruff-") as d:
+        names, d = {}, Path(d).resolve()
+        for i, (rel, text) in enumerate(files.items()):
+            p = d / f"f{i}" / Path(rel).name   # a flat private copy: no path from the workspace is trusted
+            p.parent.mkdir()
+            p.write_text(text, encoding="utf-8")
+            names[str(p)] = rel
+        r = subprocess.run([ruff_path(), "check", "--isolated", "--no-cache", "--exit-zero", "--output-format", "json",
+                            "--select", ",".join(select), "--line-length", str(STYLE_LINE_LENGTH), *sorted(names)],
+                           cwd=d, capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise C2Error(f"ruff failed: {(r.stderr.strip().splitlines() or ['exit status ' + str(r.returncode)])[-1]}")
+        for f in json.loads(r.stdout or "[]"):
+            rel = names[str(Path(f["filename"]).resolve())]
+            lines = files[rel].splitlines()
+            row = f["location"]["row"]
+            out[rel].append(dict(code=f["code"] or "invalid-syntax", row=row, message=f["message"],
+                                 line=lines[row - 1].strip() if 0 < row <= len(lines) else ""))
+    return out
+
+def new_style_findings(files: Mapping[str, str], original: Mapping[str, str]) -> list[str]:
+    "Findings in `files` that their `original` versions did not have (matched by rule and source line), as `path:row: code message`."
+    before = ruff_findings({rel: original[rel] for rel in files if rel in original})
+    after = ruff_findings(files)
+    new = []
+    for rel, found in after.items():
+        old = Counter((f["code"], f["line"]) for f in before.get(rel, []))
+        for f in found:
+            key = (f["code"], f["line"])
+            if old[key] > 0: old[key] -= 1
+            else: new.append(f"{rel}:{f['row']}: {f['code']} {f['message']}")
+    return new
+
+# %% ../nbs/10_rewards.ipynb #10c014
+_REASONING = re.compile(r"\b(?:i think|i believe|i guess|i suspect|i'm not sure|i am not sure|i need to|i'll|i will|i should|i want to"
+                        r"|let me|let's|we need to|we have to|we should|we must|now we|now i|hmm+|wait|okay|first,|then,|next,"
+                        r"|finally,|actually|step \d|the bug (?:is|was)|the issue (?:is|was)|the problem (?:is|was)|the task)(?!\w)",
+                        re.IGNORECASE)
+_CONNECTIVE = re.compile(r"\b(because|so that|therefore|thus|which means|this means|that's why|since)\b", re.IGNORECASE)
+
+def comment_lines(text: str) -> list[tuple[int, str]]:
+    "(line, text after '#') of every comment in Python source; full-line comments by regex if it does not tokenize."
+    try:
+        return [(t.start[0], t.string[1:].strip()) for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.COMMENT]
+    except (tokenize.TokenError, SyntaxError):
+        return [(i, m.group(1).strip()) for i, l in enumerate(text.splitlines(), 1) if (m := re.match(r"\s*#(.*)", l))]
+
+def reasoning_comments(text: str, original: str = "") -> list[tuple[int, str]]:
+    "Comment lines of `text` not in `original` that read like reasoning: (line, comment)."
+    old = Counter(c.lower() for _, c in comment_lines(original))
+    added = []
+    for ln, c in comment_lines(text):
+        if old[c.lower()] > 0: old[c.lower()] -= 1
+        else: added.append((ln, c))
+    rows = {ln for ln, _ in added}
+    def block(ln):   # length of the run of consecutive added comment lines holding ln
+        lo, hi = ln, ln
+        while lo - 1 in rows: lo -= 1
+        while hi + 1 in rows: hi += 1
+        return hi - lo + 1
+    return [(ln, c) for ln, c in added if _REASONING.search(c) or (_CONNECTIVE.search(c) and block(ln) >= 3)]
+
+# %% ../nbs/10_rewards.ipynb #10c017
+REWARD_TERMS = ["correct", "malformed", "failed", "unfinished_todos", "style", "comment_reasoning", "length_penalty"]
+
+@dataclass
+class RewardBreakdown:
+    "One episode's reward, term by term (signed contributions), with the counts behind them and notes for inspection."
+    correct: float = 0.0
+    malformed: float = 0.0
+    failed: float = 0.0
+    unfinished_todos: float = 0.0
+    style: float = 0.0
+    comment_reasoning: float = 0.0
+    length_penalty: float = 0.0
+    total: float = 0.0
+    counts: dict = field(default_factory=dict)
+    notes: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, float]:
+        "Every term, the total and the counts (`n_...`), flat, for logging."
+        return {**{k: getattr(self, k) for k in REWARD_TERMS + ["total"]}, **{f"n_{k}": v for k, v in self.counts.items()}}
+
+def changed_python_files(workspace: Path | str, original_files: Mapping[str, str] | None, edited=()) -> dict[str, str]:
+    "{path: text} of the workspace's Python files that are new or differ from `original_files`, plus `edited` ones."
+    from composer2.tools import workspace_files
+    root, original = Path(workspace), original_files or {}
+    out = {}
+    for rel in sorted(set(workspace_files(root, (".py",))) | {e for e in edited if e.endswith(".py")}):
+        p = root / rel
+        if p.is_symlink() or not p.is_file(): continue
+        try: text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError): continue
+        if original.get(rel) != text: out[rel] = text
+    return out
+
+def compute_reward(solved: bool, toolbox, workspace: Path | str, effort: Effort | Mapping | None, cfg_reward,
+                   original_files: Mapping[str, str] | None = None, weights: EffortWeights | Mapping | None = None) -> RewardBreakdown:
+    """The reward of a finished episode: correctness, behaviour terms from the `toolbox` counters and the workspace's
+    changed Python files (against `original_files`), and the length penalty of `effort`; weights from `cfg_reward`."""
+    rc = getattr(cfg_reward, "reward", cfg_reward)   # a Config or its RewardConfig
+    original = dict(original_files or {})
+    changed = changed_python_files(workspace, original, getattr(toolbox, "edited_files", ()))
+    style = new_style_findings(changed, original) if changed else []
+    reasoning = [f"{rel}:{ln}: # {c}" for rel, text in changed.items() for ln, c in reasoning_comments(text, original.get(rel, ""))]
+    open_todos = [t["text"] for t in getattr(toolbox, "todos", []) if not t.get("done")]
+    x = weighted_effort(effort or Effort(), weights)
+    counts = dict(malformed=toolbox.n_malformed, failed=toolbox.n_failed, unfinished_todos=len(open_todos), style=len(style),
+                  comment_reasoning=len(reasoning), effort=float(x))
+    b = RewardBreakdown(correct=rc.correct if solved else 0.0, malformed=-rc.malformed_call * counts["malformed"],
+                        failed=-rc.failed_call * counts["failed"], unfinished_todos=-rc.unfinished_todo * counts["unfinished_todos"],
+                        style=-rc.style * counts["style"], comment_reasoning=-rc.comment_reasoning * counts["comment_reasoning"],
+                        length_penalty=-rc.length_coef * length_penalty(x, rc.length_k, rc.length_q),
+                        counts=counts, notes=dict(style=style, comment_reasoning=reasoning, open_todos=open_todos, changed=sorted(changed)))
+    b.total = sum(getattr(b, k) for k in REWARD_TERMS)
+    return b
+
+# %% ../nbs/10_rewards.ipynb #10c021
+def effort_from_transcript(transcript, toolbox, data) -> Effort:
+    "The `Effort` of an episode from its `Transcript` (token counts with `data`'s tokenizer) and its `Toolbox`."
+    from composer2.tools import ToolCall, parse_turn, turn_parts
+    n = lambda s: len(data.encode(s)) if s else 0
+    e, finals, prose, blocks = Effort(), [], "", 0
+    for m in transcript:
+        if m.role == "assistant":
+            e.turns += 1
+            parts = turn_parts(m.text)
+            e.thinking_tokens += sum(n(t) for t in parts.thinking)
+            for raw in parts.calls:
+                blocks += 1
+                call = (parse_turn(raw) or [None])[0]
+                if isinstance(call, ToolCall) and call.name == "finish": finals.append(call.arguments["message"])
+                else: e.tool_call_tokens += n(raw)
+            prose = parts.prose.strip()
+        elif m.role == "tool_result": e.tool_output_tokens += n(m.text)
+    e.final_message_tokens = sum(n(f) for f in finals) if finals else n(prose)
+    e.tool_calls = toolbox.n_calls if toolbox is not None else blocks
+    return e
