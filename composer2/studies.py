@@ -37,6 +37,7 @@ STUDIES = {s.name: s for s in [
     Study("kl_estimators", "Figure 4", "Bias and variance of the KL estimators k1, k2, k3 against the true KL"),
     Study("length_penalty", "Figure 6", "The concave length penalty C(x), and why a concave penalty does not starve hard tasks"),
     Study("cpt_loss", "Figure 2 (right)", "Internal-codebase loss of continued pretraining at three compute levels, log-linear in tokens"),
+    Study("c2bench", "Figure 7", "c2bench, a bug-fix benchmark from real code: lines changed, prompt length, categories, validity"),
 ]}
 SCALES = ["smoke", "cpu", "gpu"]
 RESERVED = {"scale": "--scale", "out_dir": "--out"}   # parameters the runner sets itself

@@ -23,6 +23,7 @@ def test_list():
     assert re.search(r"kl_estimators\s+Figure 4\s+scales: smoke, cpu, gpu", r.stdout)
     assert re.search(r"length_penalty\s+Figure 6\s+scales: smoke, cpu, gpu", r.stdout)
     assert re.search(r"cpt_loss\s+Figure 2 \(right\)\s+scales: smoke, cpu, gpu", r.stdout)
+    assert re.search(r"c2bench\s+Figure 7\s+scales: smoke, cpu, gpu", r.stdout)
 
 def test_cpt_loss_results(smoke):
     out = smoke[0] / "cpt_loss" / "smoke"
@@ -69,6 +70,15 @@ def test_length_penalty_results(smoke):
     assert all(c["holds"] for c in res["claims"]), res["claims"]
     assert any(c["linear"] for c in res["metrics"]["curves"]) and len(res["metrics"]["tasks"]) == res["params"]["n_tasks"]
     assert {"fig_curves.png", "fig_curves.svg", "fig_example.png", "fig_example.svg"} <= {p.name for p in out.iterdir()}
+
+def test_c2bench_results(smoke):
+    out = smoke[0] / "c2bench" / "smoke"
+    res = json.loads((out / "results.json").read_text())
+    assert res["status"] == "ok" and all(c["holds"] for c in res["claims"]), res["claims"]
+    assert {c["id"] for c in res["claims"]} >= {"c2bench_size", "prompts_terse", "fixes_small", "revalidated", "regenerates"}
+    m = res["metrics"]
+    assert m["revalidation"]["n"] == res["params"]["n_revalidate"] == m["revalidation"]["ok"] and m["rebuild"]["identical"]
+    assert {"fig_stats.png", "fig_stats.svg", "fig_outcomes.png", "fig_outcomes.svg"} <= {p.name for p in out.iterdir()}
 
 def test_index(smoke):
     root = smoke[0]
