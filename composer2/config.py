@@ -203,7 +203,7 @@ class RLConfig:
     eval_prompts: int = opt(0, lo=0, doc="held-out prompts per evaluation; 0 means all of tasks.n_eval")
     seed: int = opt(0)
     ckpt_every: int = opt(5, lo=1)
-    init: str = opt("sft", doc="'sft' starts from the pretraining pipeline's SFT checkpoint, '' from scratch, else a path")
+    init: str = opt("sft", doc="'sft' starts from the pretraining pipeline's SFT checkpoint, 'scratch' from a fresh model, else a checkpoint path")
 
 @dataclass
 class Config:

@@ -38,6 +38,8 @@ STUDIES = {s.name: s for s in [
     Study("length_penalty", "Figure 6", "The concave length penalty C(x), and why a concave penalty does not starve hard tasks"),
     Study("cpt_loss", "Figure 2 (right)", "Internal-codebase loss of continued pretraining at three compute levels, log-linear in tokens"),
     Study("c2bench", "Figure 7", "c2bench, a bug-fix benchmark from real code: lines changed, prompt length, categories, validity"),
+    Study("best_of_k", "Figure 5", "Held-out pass@1 and best-of-K before and during RL from the SFT checkpoint"),
+    Study("rl_systems", "Section 4/6", "Async vs sync RL at one staleness bound; router replay and the train/inference mismatch; weight deltas"),
 ]}
 SCALES = ["smoke", "cpu", "gpu"]
 RESERVED = {"scale": "--scale", "out_dir": "--out"}   # parameters the runner sets itself

@@ -1,0 +1,76 @@
+"""`c2 rl` through the real CLI: real Ray, real bubblewrap sandboxes, tiny steps. An async and a sync smoke run, a
+SIGKILL after the first checkpoint followed by a rerun that trains every prompt of the pool exactly once, and the
+one-line error when the SFT checkpoint is missing."""
+import csv, json, os, shutil, signal, subprocess, time
+import pytest
+from conftest import C2, ROOT, c2, one_line_error
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+
+def args(runs, data, *extra):
+    return ["rl", "--scale", "smoke", f"data.dir={data}", f"rl.runs={runs}", *extra]
+
+def rows(path):
+    with open(path) as f: return list(csv.DictReader(f))
+
+def expected_pool(runs, data, *extra):
+    "The prompt pool the run's config defines (its single epoch), computed the way the run does."
+    from composer2.async_rl import prompt_pool
+    from composer2.config import load_config
+    from composer2.tasks import load_suite
+    cfg = load_config("smoke", overrides=[f"data.dir={data}", f"rl.runs={runs}", *extra])
+    return prompt_pool(cfg, [t.id for t in load_suite(cfg, "train")])
+
+def check_run(run, pool, steps, mode):
+    ledger = [json.loads(l) for l in (run / "ledger.jsonl").read_text().splitlines()]
+    ids = [r["prompt_id"] for r in ledger]
+    assert len(ids) == len(set(ids)), "a prompt was trained twice"
+    assert set(ids) == set(pool) and sorted(r["step"] for r in ledger) == sorted(s for s in range(steps) for _ in range(len(pool) // steps))
+    m = rows(run / "metrics.csv")
+    assert [int(r["step"]) for r in m] == list(range(steps))
+    for r in m:
+        k = 1 if mode == "async" else 0
+        assert int(r["max_staleness"]) <= k and float(r["stale_older"]) == 0
+        for key in ["reward", "mismatch_replay_mean", "mismatch_noreplay_p99", "rollout_tokens_per_s", "busy_trainer", "delta_bytes"]:
+            assert r[key] != "", key
+        assert int(r["delta_bytes"]) < int(r["full_bytes"])
+    ev = rows(run / "eval.csv")
+    assert [int(r["step"]) for r in ev][0] == 0 and int(ev[-1]["step"]) == steps
+    assert all(0 <= float(r["pass_at_1"]) <= float(r["best_of_2"]) <= 1 for r in ev)
+    done = json.loads((run / "done.json").read_text())
+    assert done["mode"] == mode and (run / "final.pt").exists()
+    return done
+
+def test_sync_smoke(smoke_data, tmp_path):
+    t0 = time.time()
+    r = c2(*args(tmp_path, smoke_data, "rl.mode=sync"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "held-out pass@1" in r.stdout and "rl sync" in r.stdout
+    done = check_run(tmp_path / "smoke" / "sync", expected_pool(tmp_path, smoke_data), 4, "sync")
+    print(f"sync smoke run: {time.time() - t0:.1f}s, {done['step_s']:.2f}s/step")
+    r = c2(*args(tmp_path, smoke_data, "rl.mode=sync"))   # a finished run is not rerun
+    assert r.returncode == 0 and "already complete" in r.stdout
+
+def test_async_sigkill_then_rerun_trains_every_prompt_once(smoke_data, tmp_path):
+    extra = ("rl.steps=6", "rl.ckpt_every=1")
+    run = tmp_path / "smoke" / "async"
+    p = subprocess.Popen([C2, *args(tmp_path, smoke_data, *extra)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)   # its own process group: Ray's processes die with it
+    deadline = time.time() + 300
+    while time.time() < deadline and p.poll() is None and not (run / "checkpoint.pt").exists(): time.sleep(0.05)
+    assert p.poll() is None, f"finished before the kill: {p.stderr.read()[-2000:]}"
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait(timeout=60)
+    import torch
+    version = torch.load(run / "checkpoint.pt", weights_only=False)["version"]
+    assert 1 <= version < 6 and not (run / "done.json").exists() and not list(run.glob("*.tmp"))
+    r = c2(*args(tmp_path, smoke_data, *extra))
+    assert r.returncode == 0, r.stderr[-3000:]
+    done = check_run(run, expected_pool(tmp_path, smoke_data, *extra), 6, "async")
+    assert done["resumed_from"] == version
+
+def test_missing_sft_checkpoint_is_one_line(smoke_data, tmp_path):
+    r = c2(*args(tmp_path, smoke_data, "rl.init=sft", f"pretrain.runs={tmp_path}/pre"))
+    one_line_error(r, "rl.init=sft needs the SFT checkpoint", "c2 pretrain --scale smoke", "rl.init=scratch")
+    r = c2(*args(tmp_path, smoke_data, "rl.steps=1000"))
+    one_line_error(r, "rl.steps x rl.prompts_per_step", "tasks.n_train")
