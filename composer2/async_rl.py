@@ -622,9 +622,11 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
         policy = build_policy(model_cfg, _ray_get(trainer.weights.remote()), cfg)
         save_checkpoint(out / "final.pt", policy, cfg, step=r.steps, data_key=data.manifest["key"], stage="rl")
         mean = lambda key: float(np.mean([x[key] for x in rows])) if rows else float("nan")
+        span = sum(x["step_s"] for x in rows) or float("nan")
         done = dict(mode=r.mode, steps=r.steps, resumed_from=start, init=source, prompts=len(pool),
-                    seconds=time.perf_counter() - t_begin, step_s=mean("step_s"), rollout_tokens_per_s=mean("rollout_tokens_per_s"),
-                    train_tokens_per_s=mean("train_tokens_per_s"), reward_first=rows[0]["reward"] if rows else None,
+                    seconds=time.perf_counter() - t_begin, step_s=mean("step_s"),
+                    rollout_tokens_per_s=sum(x["rollout_tokens_per_s"] * x["step_s"] for x in rows) / span,
+                    train_tokens_per_s=sum(x["train_tokens"] for x in rows) / (sum(x["train_seconds"] for x in rows) or float("nan")), reward_first=rows[0]["reward"] if rows else None,
                     reward_last=rows[-1]["reward"] if rows else None,
                     mismatch_replay_mean=mean("mismatch_replay_mean"), mismatch_noreplay_mean=mean("mismatch_noreplay_mean"),
                     eval_first=evals_run[0] if evals_run else None, eval_last=final_eval)

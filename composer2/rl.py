@@ -297,6 +297,7 @@ class Reconciler:
         self.pool, self.P, self.k, self.seed = list(pool), prompts_per_step, max_staleness, seed
         self.upsampling, self.buckets = upsampling, dict(buckets or {})
         self.pending, self.in_flight, self.ready, self.done = list(pool), {}, [], {}
+        self.training: list[Group] = []   # the batch the trainer holds (taken by `batch`, not committed yet)
         self.version, self.handed, self.requeued, self.turn_stats = 0, 0, 0, {}
 
     def capacity(self, worker_version: int) -> int:
@@ -305,7 +306,7 @@ class Reconciler:
 
     def take(self, worker_version: int, worker: int = 0) -> str | None:
         "The next prompt for a worker whose weights are `worker_version`, or None (nothing pending, or wait for new weights)."
-        if not self.pending or len(self.in_flight) + len(self.ready) >= self.capacity(worker_version): return None
+        if not self.pending or len(self.in_flight) + len(self.ready) + len(self.training) >= self.capacity(worker_version): return None
         pid = self.pending.pop(self._pick())
         self.in_flight[pid] = dict(version=worker_version, worker=worker)
         self.handed += 1
@@ -338,6 +339,7 @@ class Reconciler:
         if len(self.ready) < self.P: return None
         self.ready.sort(key=lambda g: g.min_version)
         out, self.ready = self.ready[:self.P], self.ready[self.P:]
+        self.training = list(out)   # still counted against the staleness budget until committed
         return out
 
     def commit(self, step: int, groups: list[Group]):
@@ -349,6 +351,8 @@ class Reconciler:
                 s = self.turn_stats.setdefault(g.bucket or self.buckets[g.prompt_id], [0.0, 0])
                 s[0] += g.turns; s[1] += 1
         self.version = step + 1
+        done = {g.prompt_id for g in groups}
+        self.training = [g for g in self.training if g.prompt_id not in done]
 
     @property
     def finished(self) -> bool:
@@ -357,12 +361,12 @@ class Reconciler:
 
     def counts(self) -> dict:
         "Prompts pending, in flight, ready and done; groups requeued; the trainer's version."
-        return dict(pending=len(self.pending), in_flight=len(self.in_flight), ready=len(self.ready), done=len(self.done),
+        return dict(pending=len(self.pending), in_flight=len(self.in_flight), ready=len(self.ready) + len(self.training), done=len(self.done),
                     requeued=self.requeued, version=self.version)
 
     def state_dict(self) -> dict:
         "Everything needed to resume: prompts in flight are saved as pending (front of the queue)."
-        return dict(pool=self.pool, pending=list(self.in_flight) + self.pending, ready=list(self.ready), done=dict(self.done),
+        return dict(pool=self.pool, pending=list(self.in_flight) + self.pending, ready=self.training + list(self.ready), done=dict(self.done),
                     version=self.version, handed=self.handed, requeued=self.requeued,
                     turn_stats={k: list(v) for k, v in self.turn_stats.items()})
 
@@ -370,7 +374,7 @@ class Reconciler:
         "Restore a `state_dict` (of a run with the same pool)."
         if sd["pool"] != self.pool: raise ValueError("Reconciler: the checkpoint's prompt pool differs from this run's (other config?)")
         self.pending, self.ready, self.done = list(sd["pending"]), list(sd["ready"]), dict(sd["done"])
-        self.in_flight = {}
+        self.in_flight, self.training = {}, []
         self.version, self.handed, self.requeued = sd["version"], sd["handed"], sd["requeued"]
         self.turn_stats = {k: list(v) for k, v in sd["turn_stats"].items()}
 

@@ -31,6 +31,7 @@ def check_run(run, pool, steps, mode):
     for r in m:
         k = 1 if mode == "async" else 0
         assert int(r["max_staleness"]) <= k and float(r["stale_older"]) == 0
+        if mode == "sync": assert int(r["requeued"]) == 0, "sync RL generated a group it could not train on-policy"
         for key in ["reward", "mismatch_replay_mean", "mismatch_noreplay_p99", "rollout_tokens_per_s", "busy_trainer", "delta_bytes"]:
             assert r[key] != "", key
         assert int(r["delta_bytes"]) < int(r["full_bytes"])
