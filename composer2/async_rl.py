@@ -482,11 +482,20 @@ def _ray_init(cfg: Config) -> bool:
     kw = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     # on a loaded machine the raylet's agents can take longer than its default 30 s to come up
     os.environ.setdefault("RAY_raylet_start_wait_time_s", "120")
+    if cfg.rl.address and "RAY_AUTH_MODE" not in os.environ and (
+            os.environ.get("RAY_AUTH_TOKEN") or (Path.home() / ".ray" / "auth_token").is_file()):
+        # a cluster started by `ray start` uses token auth when a token exists; Ray 2.60's ray.init(address=HOST:PORT)
+        # does not turn it on by itself, so the connection would be refused
+        os.environ["RAY_AUTH_MODE"] = "token"
+        try:
+            from ray._raylet import Config as _RayConfig
+            _RayConfig.initialize("")   # Ray read its config when imported: make it see the mode now
+        except Exception: pass
     where = f"the Ray cluster at {cfg.rl.address}" if cfg.rl.address else "a local Ray instance"
     for attempt in range(3):   # a local start gives up after 30 s when the machine is overloaded: try again
         try:
             if cfg.rl.address: ray.init(address=cfg.rl.address, **kw)
-            else: ray.init(num_cpus=cfg.rl.num_cpus, **kw)
+            else: ray.init(address="local", num_cpus=cfg.rl.num_cpus, **kw)   # a new instance, even if `ray start` left one
             return True
         except Exception as e:
             ray.shutdown()
