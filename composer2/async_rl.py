@@ -142,7 +142,7 @@ class TrainerImpl:
         t0 = time.perf_counter()
         k = self.cfg.rl.max_staleness if self.cfg.rl.mode == "async" else 0
         m = rl_step(self.model, self.opt, groups, self.cfg.rl, self.ref, grad_clip=self.cfg.train.grad_clip,
-                    norm_tokens=rl_context(self.cfg))
+                    norm_tokens=rl_context(self.cfg), version=step)
         t1 = time.perf_counter()
         new = publishable(self.model.state_dict())
         delta = make_delta(self.published, new)
@@ -301,7 +301,8 @@ class RolloutWorkerImpl:
         self.cfg, self.id = cfg, worker_id
         self.data = open_data(cfg)
         self.tasks = {t.id: t for t in tasks}
-        self.engine = Engine(build_policy(model_cfg, published, cfg).to(pick_device(cfg.train.device)), version=version)
+        policy = build_policy(model_cfg, published, cfg).to(pick_device(cfg.train.device), getattr(torch, cfg.rl.sampler_dtype))
+        self.engine = Engine(policy, version=version)
         self.rx = WeightReceiver(self.engine, published, version)
         stops = [_special(self.data, t) for t in ("<|end_turn|>", "<|/summary|>", "<|eos|>")]
         self.batcher = TurnBatcher(self.engine, cfg.rl.max_new_tokens, stops, cfg.rl.temperature,
@@ -361,7 +362,7 @@ class RolloutWorkerImpl:
                             tokens=sum(r.n_sampled for r in g.rollouts)))
         return out
 
-# %% ../nbs/15_async_rl.ipynb #15c026
+# %% ../nbs/15_async_rl.ipynb #15c028
 def run_dir(cfg: Config) -> Path:
     "Where an RL run writes: `rl.runs/SCALE/NAME` (NAME: `rl.name`, else the mode)."
     return Path(cfg.rl.runs) / cfg.scale / (cfg.rl.name or cfg.rl.mode)
@@ -432,7 +433,7 @@ def read_ledger(run: Path) -> list[dict]:
     p = Path(run) / "ledger.jsonl"
     return [json.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.exists() else []
 
-# %% ../nbs/15_async_rl.ipynb #15c029
+# %% ../nbs/15_async_rl.ipynb #15c031
 class Preempted(C2Error):
     "An RL run stopped on SIGTERM/SIGUSR2 after saving its checkpoint (exit status 75)."
 
@@ -502,7 +503,7 @@ def _ray_init(cfg: Config) -> bool:
             if cfg.rl.address or attempt == 2 or "timed out during startup" not in str(e):
                 raise C2Error(f"cannot start or reach {where}: {str(e).splitlines()[0][:200]}") from None
 
-# %% ../nbs/15_async_rl.ipynb #15c030
+# %% ../nbs/15_async_rl.ipynb #15c032
 def run_rl(cfg: Config, progress: bool = True) -> dict:
     "Run (or resume, or skip if done) the RL run of `cfg`; return its summary."
     import ray
@@ -631,6 +632,9 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
         policy = build_policy(model_cfg, _ray_get(trainer.weights.remote()), cfg)
         save_checkpoint(out / "final.pt", policy, cfg, step=r.steps, data_key=data.manifest["key"], stage="rl")
         mean = lambda key: float(np.mean([x[key] for x in rows])) if rows else float("nan")
+        def mean_of_known(key):   # steps without any on-policy token log NaN
+            known = [x[key] for x in rows if not math.isnan(x.get(key, math.nan))]
+            return float(np.mean(known)) if known else float("nan")
         span = sum(x["step_s"] for x in rows) or float("nan")
         done = dict(mode=r.mode, steps=r.steps, resumed_from=start, init=source, prompts=len(pool),
                     seconds=time.perf_counter() - t_begin, step_s=mean("step_s"),
@@ -638,6 +642,7 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
                     train_tokens_per_s=sum(x["train_tokens"] for x in rows) / (sum(x["train_seconds"] for x in rows) or float("nan")), reward_first=rows[0]["reward"] if rows else None,
                     reward_last=rows[-1]["reward"] if rows else None,
                     mismatch_replay_mean=mean("mismatch_replay_mean"), mismatch_noreplay_mean=mean("mismatch_noreplay_mean"),
+                    **{f"mismatch_{t}_onpolicy_mean": mean_of_known(f"mismatch_{t}_onpolicy_mean") for t in ("replay", "noreplay")},
                     eval_first=evals_run[0] if evals_run else None, eval_last=final_eval)
         (out / "done.json").write_text(json.dumps(done, indent=1))
         return done

@@ -200,6 +200,8 @@ class RLConfig:
     max_new_tokens: int = opt(128, lo=1, doc="tokens per assistant turn (and per summary)")
     max_seq_len: int = opt(0, lo=0, doc="context length of a rollout segment; 0 means model.max_seq_len")
     temperature: float = opt(1.0, lo=0.0, doc="sampling temperature of rollouts and evaluation")
+    sampler_dtype: str = opt("float32", choices=["float32", "bfloat16"],
+                             doc="precision of the rollout workers' engines (the trainer stays float32): bfloat16 opens the train/inference numerics gap the report's router replay closes")
     eval_prompts: int = opt(0, lo=0, doc="held-out prompts per evaluation; 0 means all of tasks.n_eval")
     seed: int = opt(0)
     ckpt_every: int = opt(5, lo=1)

@@ -232,8 +232,8 @@ def staleness_histogram(groups: list[Group], step: int, max_lag: int) -> list[in
 
 # %% ../nbs/11_rl.ipynb #11c040
 def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: float = 1.0, micro_tokens: int = 8192,
-            norm_tokens: int | None = None) -> dict:
-    "One RL step on `groups` (RLConfig `cfg_rl`): advantages, truncated-IS PG loss (+ KL), Adam; returns the step's metrics."
+            norm_tokens: int | None = None, version: int | None = None) -> dict:
+    "One RL step on `groups` (RLConfig `cfg_rl`) by the trainer at `version`: advantages, truncated-IS PG loss (+ KL), Adam; returns the step's metrics."
     t0 = time.perf_counter()
     dev = model.embed.weight.device
     grpo = cfg_rl.advantage == "grpo"   # shorthand for both of GRPO's normalisations
@@ -255,7 +255,7 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
     if cur: chunks.append(cur)
     model.train(); opt.zero_grad(set_to_none=True)
     acc = dict(loss=0.0, pg=0.0, kl=0.0, is_weight=0.0, is_clipped=0.0)
-    lp_on, lp_off, lp_s, masks, fb, n_tok = [], [], [], [], [], 0
+    lp_on, lp_off, lp_s, masks, vers, fb, n_tok = [], [], [], [], [], [], 0
     for ch in chunks:
         b = collate([r[0] for r in ch], [r[1] for r in ch], dev)
         lengths = torch.tensor([r[2] for r in ch], device=dev)
@@ -274,7 +274,8 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
         with torch.no_grad(): other, _ = token_logprobs(model, b, replay=not cfg_rl.router_replay, temperature=T)
         (lp_on, lp_off)[0 if cfg_rl.router_replay else 1].append(lp.detach().flatten())
         (lp_off, lp_on)[0 if cfg_rl.router_replay else 1].append(other.flatten())
-        lp_s.append(b["logp_sample"].flatten()); masks.append(b["mask"].flatten()); fb.append((rate, k))
+        lp_s.append(b["logp_sample"].flatten()); masks.append(b["mask"]); vers.append(b["versions"])
+        fb.append((rate, k))
     for name in ("kl", "is_weight", "is_clipped"): acc[name] /= max(n_tok, 1)
     gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)) if grad_clip else float("nan")
     opt.step()
@@ -283,8 +284,17 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
     out = dict(acc, grad_norm=gnorm, train_tokens=int(n_tok), train_seqs=len(rows), train_seconds=time.perf_counter() - t0)
     if rows:
         cat = lambda xs: torch.cat(xs)
+        mask = cat([mk.flatten() for mk in masks])
+        on_policy = None
+        if version is not None:   # segments (rows) whose every sampled token is of `version`
+            rows_on = torch.cat([((v == version) | (mk == 0)).all(1, keepdim=True).expand_as(v)
+                                 for v, mk in zip(vers, masks)]).flatten()
+            on_policy = mask * rows_on
         for tag, lps in [("replay", lp_on), ("noreplay", lp_off)]:
-            for k2, v in mismatch_stats(cat(lps), cat(lp_s), cat(masks)).items(): out[f"mismatch_{tag}_{k2}"] = v
+            for k2, v in mismatch_stats(cat(lps), cat(lp_s), mask).items(): out[f"mismatch_{tag}_{k2}"] = v
+            if on_policy is None: continue
+            for k2, v in mismatch_stats(cat(lps), cat(lp_s), on_policy).items():
+                out[f"mismatch_{tag}_onpolicy_{k2}"] = v if on_policy.any() else float("nan")
         out["replay_fallback_rate"] = sum(r * k for r, k in fb) / max(sum(k for _, k in fb), 1)
     return out
 
