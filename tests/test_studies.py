@@ -24,6 +24,8 @@ def test_list():
     assert re.search(r"length_penalty\s+Figure 6\s+scales: smoke, cpu, gpu", r.stdout)
     assert re.search(r"cpt_loss\s+Figure 2 \(right\)\s+scales: smoke, cpu, gpu", r.stdout)
     assert re.search(r"c2bench\s+Figure 7\s+scales: smoke, cpu, gpu", r.stdout)
+    assert re.search(r"best_of_k\s+Figure 5\s+scales: smoke, cpu, gpu", r.stdout)
+    assert re.search(r"rl_systems\s+.*scales: smoke, cpu, gpu", r.stdout)
 
 def test_cpt_loss_results(smoke):
     out = smoke[0] / "cpt_loss" / "smoke"
@@ -112,8 +114,8 @@ def test_best_of_k_results(smoke):
     assert (out / "best_of_k.png").stat().st_size > 10_000
 
 def test_rl_systems_results(smoke):
-    "Async vs sync RL at smoke scale: the staleness bound, on-policy sync, exact fp32 on-policy log-probs and the smaller
-    weight delta hold even here (speed is measured, not asserted: wall time on shared CI cores says nothing)."
+    """Async vs sync RL at smoke scale: the staleness bound, on-policy sync, exact fp32 on-policy log-probs and the smaller
+    weight delta hold even here (speed is measured, not asserted: wall time on shared CI cores says nothing)."""
     out = smoke[0] / "rl_systems" / "smoke"
     res = json.loads((out / "results.json").read_text())
     claims = {c["id"]: c for c in res["claims"]}
