@@ -356,6 +356,22 @@ def _scale_f32(s):
 
 
 @triton.jit
+def _group_row_tile(offs_ptr, G, pm, BM: tl.constexpr, G_P2: tl.constexpr):
+    """Which group row tile `pm` belongs to (the row tiles of all groups numbered in order; G when `pm` is past the
+    last), the tile's first row, and the group's end row (rows of group g are offs[g-1]:offs[g])."""
+    g_ar = tl.arange(0, G_P2)
+    ends = tl.load(offs_ptr + g_ar, mask=g_ar < G, other=0)
+    starts = tl.load(offs_ptr + g_ar - 1, mask=(g_ar > 0) & (g_ar < G), other=0)
+    tend = tl.cumsum(tl.where(g_ar < G, (ends - starts + BM - 1) // BM, 0), axis=0)
+    tend = tl.where(g_ar < G, tend, 2147483647)
+    g = tl.sum((tend <= pm).to(tl.int32), axis=0)
+    t0 = tl.sum(tl.where(g_ar == g - 1, tend, 0), axis=0)
+    m0 = tl.sum(tl.where(g_ar == g, starts, 0), axis=0)
+    m1 = tl.sum(tl.where(g_ar == g, ends, 0), axis=0)
+    return g, m0 + (pm - t0) * BM, m1
+
+
+@triton.jit
 def _mx_grouped_mm_kernel(a_ptr, sa_ptr, b_ptr, sb_ptr, c_ptr, offs_ptr, N, K, G,
                           sam, sak, ssam, ssak, sbe, sbk, sbn, ssbe, ssbk, ssbn, scm, scn,
                           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G_P2: tl.constexpr,
@@ -364,17 +380,9 @@ def _mx_grouped_mm_kernel(a_ptr, sa_ptr, b_ptr, sb_ptr, c_ptr, offs_ptr, N, K, G
     [G, K/32, N]) both blocked along K; rows of group g are offs[g-1]:offs[g]. Program (row tile, col tile):
     the row tiles of all groups are numbered in order, and each program finds its group from the offsets."""
     pm, pn = tl.program_id(0), tl.program_id(1)
-    g_ar = tl.arange(0, G_P2)
-    ends = tl.load(offs_ptr + g_ar, mask=g_ar < G, other=0)
-    starts = tl.load(offs_ptr + g_ar - 1, mask=(g_ar > 0) & (g_ar < G), other=0)
-    tend = tl.cumsum(tl.where(g_ar < G, (ends - starts + BM - 1) // BM, 0), axis=0)
-    tend = tl.where(g_ar < G, tend, 2147483647)
-    g = tl.sum((tend <= pm).to(tl.int32), axis=0)
+    g, r0, m1 = _group_row_tile(offs_ptr, G, pm, BM, G_P2)
     if g < G:
-        t0 = tl.sum(tl.where(g_ar == g - 1, tend, 0), axis=0)
-        m0 = tl.sum(tl.where(g_ar == g, starts, 0), axis=0)
-        m1 = tl.sum(tl.where(g_ar == g, ends, 0), axis=0)
-        rm = m0 + (pm - t0) * BM + tl.arange(0, BM)
+        rm = r0 + tl.arange(0, BM)
         rn = pn * BN + tl.arange(0, BN)
         mm, mn = rm < m1, rn < N
         rm64 = rm.to(tl.int64)
@@ -811,17 +819,9 @@ def _nvfp4_grouped_mm_kernel(a_ptr, sa_ptr, ra_ptr, b_ptr, sb_ptr, rb_ptr, c_ptr
     """C[rows of g] = A[rows] @ B[g]^T for NVFP4 A [M, K] (packed [M, K/2], E4M3 scales [M, K/16], row scales [M])
     and B [G, N, K] likewise, both blocked along K; rows of group g are offs[g-1]:offs[g]."""
     pm, pn = tl.program_id(0), tl.program_id(1)
-    g_ar = tl.arange(0, G_P2)
-    ends = tl.load(offs_ptr + g_ar, mask=g_ar < G, other=0)
-    starts = tl.load(offs_ptr + g_ar - 1, mask=(g_ar > 0) & (g_ar < G), other=0)
-    tend = tl.cumsum(tl.where(g_ar < G, (ends - starts + BM - 1) // BM, 0), axis=0)
-    tend = tl.where(g_ar < G, tend, 2147483647)
-    g = tl.sum((tend <= pm).to(tl.int32), axis=0)
+    g, r0, m1 = _group_row_tile(offs_ptr, G, pm, BM, G_P2)
     if g < G:
-        t0 = tl.sum(tl.where(g_ar == g - 1, tend, 0), axis=0)
-        m0 = tl.sum(tl.where(g_ar == g, starts, 0), axis=0)
-        m1 = tl.sum(tl.where(g_ar == g, ends, 0), axis=0)
-        rm = m0 + (pm - t0) * BM + tl.arange(0, BM)
+        rm = r0 + tl.arange(0, BM)
         rn = pn * BN + tl.arange(0, BN)
         mm, mn = rm < m1, rn < N
         rm64, rn64 = rm.to(tl.int64), rn.to(tl.int64)

@@ -12,7 +12,7 @@ def smoke(tmp_path_factory):
     "Every study reproduced at smoke scale into a scratch results root, once."
     d = tmp_path_factory.mktemp("smoke")
     env = {"C2_RESULTS": str(d / "results"), "C2_JOBS": str(d / "jobs")}
-    r = c2("reproduce", "--scale", "smoke", env=env)
+    r = c2("reproduce", "--scale", "smoke", env=env, timeout=1800)   # six studies, two of them RL pipelines (~6 min alone)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "reproduce (smoke, local): 0 failed" in r.stdout
     return d / "results", env
@@ -122,7 +122,7 @@ def test_rl_systems_results(smoke):
     assert res["status"] == "ok" and {"async_less_time_per_step", "async_more_rollout_tokens"} <= claims.keys()
     assert all(claims[c]["holds"] for c in ["staleness_bounded", "sync_on_policy", "delta_smaller", "fp32_onpolicy_exact"]), res["claims"]
     runs = res["metrics"]["runs"]
-    assert set(runs) == {"async", "sync", "async_bf16", "async_fallback"}
+    assert set(runs) == {"async", "sync", "async_bf16"}   # smoke.yaml leaves out the fallback run
     # a bf16 sampler opens a numerics gap to the fp32 trainer that fp32 sampling does not have
     assert runs["async_bf16"]["mismatch_replay_onpolicy_mean"] > 100 * runs["async"]["mismatch_replay_onpolicy_mean"]
     assert {"rl_systems.png", "rl_mismatch.png"} <= {q.name for q in out.iterdir()}
