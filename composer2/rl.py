@@ -287,8 +287,8 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
         mask = cat([mk.flatten() for mk in masks])
         on_policy = None
         if version is not None:   # segments (rows) whose every sampled token is of `version`
-            rows_on = torch.cat([((v == version) | (mk == 0)).all(1, keepdim=True).expand_as(v)
-                                 for v, mk in zip(vers, masks)]).flatten()
+            rows_on = torch.cat([((v == version) | (mk == 0)).all(1, keepdim=True).expand_as(v).flatten()
+                                 for v, mk in zip(vers, masks)])   # micro-batches differ in padded length
             on_policy = mask * rows_on
         for tag, lps in [("replay", lp_on), ("noreplay", lp_off)]:
             for k2, v in mismatch_stats(cat(lps), cat(lp_s), mask).items(): out[f"mismatch_{tag}_{k2}"] = v
