@@ -75,15 +75,3 @@ def test_missing_sft_checkpoint_is_one_line(smoke_data, tmp_path):
     one_line_error(r, "rl.init=sft needs the SFT checkpoint", "c2 pretrain --scale smoke", "rl.init=scratch")
     r = c2(*args(tmp_path, smoke_data, "rl.steps=1000"))
     one_line_error(r, "rl.steps x rl.prompts_per_step", "tasks.n_train")
-
-@pytest.mark.slow
-@pytest.mark.parametrize("study,claims", [("best_of_k", {"sft_solves_some", "pass1_rises", "best_of_k_rises", "train_reward_rises"}),
-                                          ("rl_systems", {"async_less_time_per_step", "async_more_rollout_tokens", "staleness_bounded",
-                                                          "sync_on_policy", "replay_cuts_mismatch", "replay_cuts_p99", "delta_smaller"})])
-def test_rl_studies_smoke(study, claims, tmp_path):
-    "The two RL studies run end to end at smoke scale (minutes: pretraining stages, several RL runs) and write their claims."
-    r = c2("study", "run", study, "--scale", "smoke", "--out", str(tmp_path), timeout=1200)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    res = json.loads((tmp_path / "results.json").read_text())
-    assert res["status"] == "ok" and {c["id"] for c in res["claims"]} == claims
-    assert (tmp_path / f"{study}.png").stat().st_size > 10_000
