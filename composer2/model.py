@@ -151,6 +151,8 @@ class MoE(nn.Module):
         self.router = nn.Linear(d, E, bias=False)
         self.w_in = nn.Parameter(torch.empty(E, d, 2 * h))
         self.w_out = nn.Parameter(torch.empty(E, h, d))
+        # initialised here, not only by Transformer: a standalone MoE must never compute with uninitialised memory
+        nn.init.normal_(self.w_in, std=cfg.init_std); nn.init.normal_(self.w_out, std=cfg.init_std / math.sqrt(2 * cfg.n_layers))
         self.shared = SwiGLU(d, h * cfg.n_shared_experts) if cfg.n_shared_experts else None
         self.register_buffer("bias", torch.zeros(E))   # selection bias of the aux-loss-free balancer
         self.register_buffer("load", torch.zeros(E))   # tokens per expert since the last bias update
@@ -274,7 +276,6 @@ class MoETransformer(nn.Module):
     def _init(self, m):
         std = self.cfg.init_std
         if isinstance(m, (nn.Linear, nn.Embedding)): nn.init.normal_(m.weight, std=std)
-        if isinstance(m, MoE): nn.init.normal_(m.w_in, std=std); nn.init.normal_(m.w_out, std=std / math.sqrt(2 * self.cfg.n_layers))
         if isinstance(m, (Attention,)): nn.init.normal_(m.wo.weight, std=std / math.sqrt(2 * self.cfg.n_layers))
 
     @property
