@@ -495,6 +495,12 @@ def _read_calls(task: Task, paths: list[str], whole_lines: int = 150, margin: in
         out += [("read_file", {"path": p, "start": s, "end": e}) for s, e in spans] or [("read_file", {"path": p, "end": whole_lines})]
     return out
 
+def _locate_calls(task: Task, paths: list[str], functions: list[str]) -> list[tuple[str, dict]]:
+    "Calls that find the files of `paths` the prompt does not name: a grep per function it names, else an `ls`."
+    if all(p.rsplit("/", 1)[-1] in task.prompt for p in paths): return []
+    named = [f.rsplit(".", 1)[-1] for f in functions if re.search(rf"\b{re.escape(f.rsplit('.', 1)[-1])}\b", task.prompt)]
+    return [("grep", {"pattern": f"def {f}"}) for f in named] or [("shell", {"command": "ls"})]
+
 def _turn(calls: list[tuple[str, dict]], prose: str = "") -> str:
     "An assistant turn: optional prose, then the call blocks."
     return prose + "".join(format_tool_call(n, a) for n, a in calls)
@@ -519,8 +525,9 @@ class OraclePolicy:
                          _turn([("todo", {"add": list(checklist)})] + _read_calls(task, [p for p in must if p not in first])),
                          _turn(edits), _turn([("shell", {"command": task.test_cmd})]),
                          _turn([("todo", {"complete": list(range(1, len(checklist) + 1))}), ("finish", {"message": done})])]
-        else:
-            self.plan = [_turn(_read_calls(task, must)), _turn(edits), _turn([("shell", {"command": task.test_cmd})]),
+        else:   # never read a file by a name the transcript has not shown yet: SFT on that teaches guessing paths
+            locate = _locate_calls(task, changed, fixed)
+            self.plan = [_turn(locate)] * bool(locate) + [_turn(_read_calls(task, must)), _turn(edits), _turn([("shell", {"command": task.test_cmd})]),
                          _turn([("finish", {"message": done})])]
         self.turn = 0
 
