@@ -10,9 +10,9 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from .config import ModelConfig, ConfigError
 
 # %% auto #0
-__all__ = ['GROUPED_GEMMS', 'attn_mask', 'positions', 'KVCache', 'apply_rope', 'Attention', 'SwiGLU', 'loop_grouped_mm',
-           'torch_grouped_mm', 'mxfp8_grouped_mm', 'nvfp4_expert_mm', 'Routing', 'MoE', 'Block', 'MTPModule',
-           'ModelOutput', 'MoETransformer', 'training_loss']
+__all__ = ['GROUPED_GEMMS', 'attn_mask', 'positions', 'KVCache', 'SlotCache', 'apply_rope', 'Attention', 'SwiGLU',
+           'loop_grouped_mm', 'torch_grouped_mm', 'mxfp8_grouped_mm', 'nvfp4_expert_mm', 'Routing', 'MoE', 'Block',
+           'MTPModule', 'ModelOutput', 'MoETransformer', 'training_loss']
 
 # %% ../nbs/02_model.ipynb #02c006
 def attn_mask(key_valid: torch.Tensor, q_slots: torch.Tensor) -> torch.Tensor:
@@ -69,6 +69,71 @@ class KVCache:
         seg = self.valid[:, start:start + C]
         self.npos -= (seg & drop).long().sum(1)
         self.valid[:, start:start + C] = seg & ~drop
+
+# %% ../nbs/02_model.ipynb #b60a0db2
+class SlotCache:
+    """A pool of per-sequence KV caches for continuous batching: row r keeps one sequence's keys and values in slots
+    0..len[r]-1 for as long as the sequence lives (across turns). A forward runs on a contiguous range of rows
+    (`view(lo, hi)`), each row appending a right-padded chunk after its own length; `swap` moves sequences so the
+    rows a forward needs are contiguous (a view of the pool, no copy)."""
+    def __init__(self, rows, n_layers, n_kv_heads, head_dim, capacity=256, dtype=torch.float32, device="cpu"):
+        shape = (rows, n_kv_heads, capacity, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.len = torch.zeros(rows, dtype=torch.long, device=device)
+
+    @property
+    def capacity(self) -> int: return self.k[0].shape[2]
+
+    def reserve_slots(self, need: int):
+        "Make room for `need` slots per row (capacity doubles)."
+        cap = self.capacity
+        if need <= cap: return
+        new = max(need, 2 * cap)
+        pad = lambda t: torch.cat([t, t.new_zeros(t.shape[0], t.shape[1], new - cap, t.shape[3])], 2)
+        self.k = [pad(t) for t in self.k]; self.v = [pad(t) for t in self.v]
+
+    def swap(self, i: int, j: int):
+        "Exchange the sequences held by rows i and j."
+        if i == j: return
+        for t in self.k + self.v: t[[i, j]] = t[[j, i]]
+        self.len[[i, j]] = self.len[[j, i]]
+
+    def view(self, lo: int, hi: int) -> "_SlotView":
+        "The cache interface of `MoETransformer.forward` for rows lo..hi-1."
+        return _SlotView(self, lo, hi)
+
+class _SlotView:
+    "Rows lo..hi-1 of a `SlotCache`, as `MoETransformer.forward` uses a cache: `reserve` then `write` per layer."
+    def __init__(self, pool: SlotCache, lo: int, hi: int): self.pool, self.lo, self.hi = pool, lo, hi
+
+    def reserve(self, valid: torch.Tensor):
+        "Slots for a right-padded chunk [B, C] after each row's length; returns (None, positions, mask [B, 1, C, S])."
+        p, (B, C) = self.pool, valid.shape
+        n = valid.long().sum(1)
+        if not torch.equal(valid, torch.arange(C, device=valid.device)[None] < n[:, None]):
+            raise ValueError("SlotCache: chunks must be right-padded (valid tokens first)")
+        ln = p.len[self.lo:self.hi].clone()
+        p.reserve_slots(int((ln + C).max()))
+        j = torch.arange(C, device=valid.device)
+        self.slots = ln[:, None] + j[None]                       # where each chunk token goes (padding lands past the end)
+        new_len = ln + n
+        self.S = int(new_len.max())
+        s = torch.arange(self.S, device=valid.device)
+        mask = (s[None, None] <= self.slots[:, :, None]) & (s[None, None] < new_len[:, None, None])
+        mask |= s[None, None] == 0                               # a query never sees nothing (padding rows)
+        p.len[self.lo:self.hi] = new_len
+        return None, self.slots, mask[:, None]
+
+    def write(self, layer, k, v, start=None):
+        "Store the chunk's keys/values [B, Hkv, C, D] at the reserved slots; return every row's keys/values up to its length."
+        p = self.pool
+        rows = torch.arange(self.lo, self.hi, device=k.device)[:, None].expand_as(self.slots)
+        keep = self.slots < p.capacity
+        r, sl = rows[keep], self.slots[keep]
+        p.k[layer][r, :, sl] = k.permute(0, 2, 1, 3)[keep]
+        p.v[layer][r, :, sl] = v.permute(0, 2, 1, 3)[keep]
+        return p.k[layer][self.lo:self.hi, :, :self.S], p.v[layer][self.lo:self.hi, :, :self.S]
 
 # %% ../nbs/02_model.ipynb #02c010
 def apply_rope(x: torch.Tensor, pos: torch.Tensor, base: float) -> torch.Tensor:
@@ -253,7 +318,7 @@ class MTPModule(nn.Module):
 @dataclass
 class ModelOutput:
     "What a forward returns."
-    logits: torch.Tensor                  # [B, T, V]
+    logits: torch.Tensor                  # [B, T, V] ([N, V] with `logits_at`)
     hidden: torch.Tensor                  # [B, T, d], before the final norm (what MTP depth 1 reads)
     experts: torch.Tensor | None = None   # [B, T, n_moe_layers, k] when capture=True
     aux_loss: torch.Tensor | float = 0.0
@@ -282,14 +347,16 @@ class MoETransformer(nn.Module):
     def moe_layers(self) -> list[MoE]:
         return [b.ffn for b in self.blocks if isinstance(b.ffn, MoE)]
 
-    def new_cache(self, batch, capacity=64):
-        "An empty KV cache for this model's trunk."
+    def new_cache(self, batch, capacity=64, slots: bool = False):
+        "An empty KV cache for this model's trunk: a `KVCache` of `batch` rows, or with `slots` a `SlotCache` pool of `batch` sequences."
         p = self.embed.weight
-        return KVCache(batch, len(self.blocks), self.cfg.n_kv_heads, self.cfg.head_dim, capacity, p.dtype, p.device)
+        return (SlotCache if slots else KVCache)(batch, len(self.blocks), self.cfg.n_kv_heads, self.cfg.head_dim, capacity, p.dtype, p.device)
 
-    def forward(self, idx, valid=None, cache=None, replay=None, capture=False) -> ModelOutput:
-        """idx [B, T]. `valid` [B, T] marks real tokens (default all). With `cache`, the chunk is appended to it.
-        `replay` [B, T, n_moe_layers, k] overrides routing; `capture` returns the experts chosen."""
+    def forward(self, idx, valid=None, cache=None, replay=None, capture=False, logits_at=None) -> ModelOutput:
+        """idx [B, T]. `valid` [B, T] marks real tokens (default all). With `cache` (a `KVCache` or a `SlotCache` view), the
+        chunk is appended to it. `replay` [B, T, n_moe_layers, k] overrides routing; `capture` returns the experts chosen.
+        `logits_at` [B, T] (bool) computes the head only there: `logits` is then [N, V] for the N marked positions, in
+        row-major order (the vocabulary head is the largest matmul of a small model; samplers and the RL loss need few positions)."""
         B, T = idx.shape
         if cache is not None:
             start, pos, mask = cache.reserve(torch.ones_like(idx, dtype=torch.bool) if valid is None else valid)
@@ -307,7 +374,7 @@ class MoETransformer(nn.Module):
                 n_fb += r.n_fallback
                 if capture: experts.append(r.idx.view(B, T, -1))
                 if self.training and self.cfg.balance in ("aux_loss", "both"): aux = aux + blk.ffn.aux_loss(r)
-        logits = self.head(self.norm(x))
+        logits = self.head(self.norm(x if logits_at is None else x[logits_at]))
         if capture: experts = torch.stack(experts, 2) if experts else idx.new_zeros(B, T, 0, self.cfg.top_k)
         return ModelOutput(logits, x, experts if capture else None, aux, n_fb)
 
