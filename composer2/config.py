@@ -125,6 +125,7 @@ class PretrainConfig:
     sft_lr_ratio: float = opt(0.3, lo=0.0, doc="SFT learning rate as a fraction of train.lr")
     sft_oracle: int = opt(0, lo=0, doc="oracle trajectories of the task suite's train split mixed into SFT (0: none)")
     sft_oracle_share: float = opt(0.5, lo=0.0, hi=1.0, doc="share of the SFT examples that are oracle trajectories")
+    sft_pretrain_mix: float = opt(0.0, lo=0.0, hi=1.0, doc="share of SFT rows that are code windows of the pretraining data (keeps base ability); each weighs as much as an average transcript row")
     ckpt_every: int = opt(10, lo=1, doc="steps between resumable checkpoints")
     log_every: int = opt(5, lo=1)
     strategy: str = opt("auto", choices=["auto", "ddp", "fsdp"])

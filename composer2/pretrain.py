@@ -100,16 +100,25 @@ class WindowStream(torch.utils.data.IterableDataset):
             yield self.batch_at(s); s += 1
 
 class TranscriptStream(WindowStream):
-    "Endless batches of SFT transcripts (padded), with the loss mask on the assistant's tokens."
-    def __init__(self, examples: list[tuple[list[int], list[int]]], batch_size, seq_len, seed, start=0):
+    """Endless batches of SFT transcripts (padded), with the loss mask on the assistant's tokens. With `code` tokens and
+    `mix` > 0, each row is instead a window of `code` with probability `mix` (loss on every token, weighted so the row
+    weighs as much as an average transcript row): pretraining data in the mix keeps what pretraining learned."""
+    def __init__(self, examples: list[tuple[list[int], list[int]]], batch_size, seq_len, seed, start=0,
+                 code: np.ndarray | None = None, mix: float = 0.0):
         super().__init__([], [1.0], batch_size, seq_len, seed, start)
-        self.examples = examples
+        self.examples, self.code, self.mix = examples, code, mix if code is not None else 0.0
+        mean_loss_tokens = np.mean([min(sum(mk), seq_len) for _, mk in examples]) if examples else 1.0
+        self.code_weight = float(mean_loss_tokens) / seq_len
 
     def batch_at(self, step: int):
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
         x = torch.full((self.batch_size, self.seq_len + 1), PAD_ID, dtype=torch.long)
         m = torch.zeros(self.batch_size, self.seq_len + 1)
         for r, i in enumerate(torch.randint(0, len(self.examples), (self.batch_size,), generator=g).tolist()):
+            if self.mix > 0 and float(torch.rand((), generator=g)) < self.mix:   # a pretraining window instead
+                o = int(torch.randint(0, len(self.code) - self.seq_len - 1, (1,), generator=g))
+                x[r] = torch.from_numpy(self.code[o:o + self.seq_len + 1].astype(np.int64)); m[r] = self.code_weight
+                continue
             ids, mask = self.examples[i]
             ids, mask = ids[-(self.seq_len + 1):], mask[-(self.seq_len + 1):]   # too long: keep the end, the model's turns
             x[r, :len(ids)] = torch.tensor(ids); m[r, :len(mask)] = torch.tensor(mask, dtype=torch.float)
@@ -344,7 +353,8 @@ def run_stage(cfg: Config, stage: str, level: str | None = None, data: DataDir |
     module = PretrainModule(cfg, plan, data.vocab_size, internal)
     _load_init(module, plan, data, cmd)
     t = cfg.train
-    if plan.sft: stream = TranscriptStream(sft_examples(data, cfg=cfg), plan.batch_size, plan.seq_len, t.seed)
+    if plan.sft: stream = TranscriptStream(sft_examples(data, cfg=cfg), plan.batch_size, plan.seq_len, t.seed,
+                                           code=data.tokens("code_train"), mix=cfg.pretrain.sft_pretrain_mix)
     else:
         stream = WindowStream([data.tokens("prose_train"), data.tokens("code_train")],
                               [plan.prose_fraction, 1 - plan.prose_fraction], plan.batch_size, plan.seq_len, t.seed)
