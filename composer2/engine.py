@@ -4,13 +4,13 @@
 
 # %% ../nbs/03_engine.ipynb #03c003
 from __future__ import annotations
-import threading
+import threading, time
 from dataclasses import dataclass, field
 import torch, torch.nn.functional as F
 from .model import MoETransformer
 
 # %% auto #0
-__all__ = ['Generation', 'SpecStats', 'sampling_probs', 'Engine']
+__all__ = ['Generation', 'SpecStats', 'sampling_probs', 'sample_tokens', 'Engine', 'DecodeServer']
 
 # %% ../nbs/03_engine.ipynb #03c005
 @dataclass
@@ -21,6 +21,7 @@ class Generation:
     versions: list[int]
     experts: torch.Tensor    # [len(prompt) + len(tokens) - 1, n_moe_layers, k]: routing of every fed position
     stop_reason: str         # "stop" (a stop token was produced) or "length"
+    fed_versions: list[int] | None = None   # `DecodeServer`: weight version that encoded each fed position
 
 @dataclass
 class SpecStats:
@@ -46,6 +47,20 @@ def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0)
         p = torch.zeros_like(p).scatter(-1, si, sp * keep)
         p = p / p.sum(-1, keepdim=True)
     return p
+
+# %% ../nbs/03_engine.ipynb #e2c91135
+def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float = 1.0, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row of `logits` [B, V], vectorised in float32: (tokens [B], their log-probs under
+    softmax(logits / T), before top-p truncation, as `Engine` reports them). T = 0 is greedy."""
+    logp = (logits.float() / (temperature or 1.0)).log_softmax(-1)
+    if temperature == 0: tok = logits.argmax(-1)
+    else:
+        p = logp.exp()
+        if top_p < 1.0:
+            sp, si = p.sort(-1, descending=True)
+            p = torch.zeros_like(p).scatter(-1, si, sp * (sp.cumsum(-1) - sp < top_p))   # the smallest prefix reaching top_p
+        tok = torch.multinomial(p, 1, generator=generator).squeeze(-1)
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
 # %% ../nbs/03_engine.ipynb #03c007
 def _last_valid(valid: torch.Tensor, n: int):
@@ -179,3 +194,176 @@ class Engine:
         fed = cache.valid[:, :cache.used]
         gens = [Generation(**res[b], experts=ex[b][fed[b]]) for b in range(B)]
         return gens, stats
+
+# %% ../nbs/03_engine.ipynb #21066cb8
+@dataclass
+class _Request:
+    "One `DecodeServer.generate` call in flight."
+    seq: int
+    new: list[int]
+    max_new: int
+    stop: frozenset
+    tokens: list = field(default_factory=list)
+    logprobs: list = field(default_factory=list)
+    versions: list = field(default_factory=list)
+    reset: bool = False                            # empty the sequence's cache first
+    experts: list = field(default_factory=list)    # routing tensors of the positions fed during the call, in order
+    fed_versions: list = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    out: object = None
+
+class DecodeServer:
+    """Continuous batching for agent rollouts: every sequence in flight (one per episode) shares one decode loop, run
+    by a background thread. A sequence keeps its KV cache across turns (`SlotCache` rows), so a turn feeds only its new
+    tokens; a request joins the batch when its episode asks for a turn and leaves at its stop token, so no row waits
+    for the batch's longest generation. Weights queued with `engine.update_weights` are loaded between two decode
+    steps and every token is tagged with the version that sampled it; caches built under older weights are kept (as
+    PipelineRL does: recomputing every live cache at each update would cost a prefill of all of them per RL step), and
+    the version that encoded each fed position is reported so the trainer can tell exactly on-policy segments apart."""
+    def __init__(self, engine: Engine, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, rows: int = 16,
+                 prefill_tokens: int = 8192):
+        self.engine, self.T, self.top_p, self.prefill_tokens = engine, temperature, top_p, prefill_tokens
+        self.gen = torch.Generator(device=engine.model.embed.weight.device).manual_seed(seed)
+        self.pool = engine.model.new_cache(rows, capacity=128, slots=True)
+        self.seq_at: list[int | None] = [None] * rows     # row -> sequence id
+        self.row_of: dict[int, int] = {}                  # sequence id -> row
+        self.active: list[_Request] = []                  # rows 0..len(active)-1, in order
+        self.pending: list[_Request] = []
+        self._cv, self._next, self._stop, self._closing = threading.Condition(), 0, False, []
+        self.stats = dict(sampled=0, fed=0, decode_steps=0, decode_rows=0, prefills=0, busy_s=0.0)
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="decode-server")
+        self._thread.start()
+
+    # -- the interface episode threads use (the pool itself is touched only by the loop thread)
+    def open(self) -> int:
+        "A new, empty sequence; returns its id (it gets a row of the pool at its first request)."
+        with self._cv:
+            sid, self._next = self._next, self._next + 1
+            self.row_of[sid] = None
+            return sid
+
+    def close(self, sid: int):
+        "Free a sequence's row (the sequence must not be generating)."
+        with self._cv: self._closing.append(sid); self._cv.notify_all()
+
+    def generate(self, sid: int, new: list[int], max_new_tokens: int, stop_ids=(1,), reset: bool = False) -> Generation:
+        """Feed `new` after sequence `sid`'s cached tokens (with `reset`, into an emptied cache: a new context) and sample up to `max_new_tokens` (or a stop token); blocks.
+        The returned `experts` cover every position fed by this call (`new` and all sampled tokens but the last, which
+        the next call feeds first); `versions` tag the sampled tokens; `fed_versions` the fed positions."""
+        if not new: raise ValueError("DecodeServer.generate: nothing to feed (a turn starts from at least one new token)")
+        req = _Request(sid, list(new), max_new_tokens, frozenset(stop_ids), reset=reset)
+        with self._cv:
+            if self._stop: raise RuntimeError("DecodeServer is stopped")
+            self.pending.append(req); self._cv.notify_all()
+        req.done.wait()
+        if isinstance(req.out, BaseException): raise req.out
+        return req.out
+
+    def shutdown(self):
+        "Stop the loop thread (requests in flight fail)."
+        with self._cv: self._stop = True; self._cv.notify_all()
+        self._thread.join()
+
+    # -- the loop
+    def _swap(self, i: int, j: int):
+        if i == j: return
+        self.pool.swap(i, j)
+        a, b = self.seq_at[i], self.seq_at[j]
+        self.seq_at[i], self.seq_at[j] = b, a
+        if a is not None: self.row_of[a] = j
+        if b is not None: self.row_of[b] = i
+
+    def _record(self, reqs: list[_Request], tok: torch.Tensor, lp: torch.Tensor) -> list[int]:
+        "Append each row's sampled token; indices of the rows that are finished."
+        v, fin = self.engine.version, []
+        for i, (r, t, l) in enumerate(zip(reqs, tok.tolist(), lp.tolist())):
+            r.tokens.append(t); r.logprobs.append(l); r.versions.append(v)
+            if t in r.stop or len(r.tokens) >= r.max_new: fin.append(i)
+        self.stats["sampled"] += len(reqs)
+        return fin
+
+    def _finish(self, req: _Request):
+        stop = "stop" if req.tokens[-1] in req.stop else "length"
+        ex = torch.cat(req.experts)
+        req.out = Generation(req.tokens, req.logprobs, req.versions, ex, stop, req.fed_versions)
+        req.done.set()
+
+    def _retire(self, idx: list[int]):
+        "Move finished active rows out of the active range and answer their requests."
+        for i in sorted(idx, reverse=True):
+            last = len(self.active) - 1
+            self._swap(i, last)
+            self.active[i], self.active[last] = self.active[last], self.active[i]
+            self._finish(self.active.pop())
+
+    def _place(self, r: _Request, target: int):
+        "Give request r's sequence a row (a free one, growing the pool if needed) and move it to row `target`."
+        row = self.row_of[r.seq]
+        if row is None:
+            free = [x for x in range(target, len(self.seq_at)) if self.seq_at[x] is None]
+            if not free:
+                n = len(self.seq_at)
+                self.pool.add_rows(n); self.seq_at += [None] * n; free = [n]
+            row = free[0]
+            self.seq_at[row], self.row_of[r.seq] = r.seq, row
+            self.pool.len[row] = 0
+        if r.reset: self.pool.len[row] = 0
+        self._swap(row, target)
+
+    def _admit(self):
+        "Prefill the pending requests that fit the token budget: they join the active rows."
+        with self._cv:
+            take, budget = [], self.prefill_tokens
+            while self.pending and (not take or budget >= len(self.pending[0].new)):
+                budget -= len(self.pending[0].new); take.append(self.pending.pop(0))
+        if not take: return
+        lo = len(self.active)
+        self.active += take                               # (a failure below fails them with the rest)
+        for i, r in enumerate(take): self._place(r, lo + i)
+        C = max(len(r.new) for r in take)
+        dev = self.pool.len.device
+        idx = torch.zeros(len(take), C, dtype=torch.long, device=dev)
+        n = torch.tensor([len(r.new) for r in take], device=dev)
+        valid = torch.arange(C, device=dev)[None] < n[:, None]
+        for i, r in enumerate(take): idx[i, :len(r.new)] = torch.tensor(r.new)
+        last = valid & (torch.arange(C, device=dev)[None] == (n - 1)[:, None])
+        out = self.engine.model(idx, valid=valid, cache=self.pool.view(lo, lo + len(take)), capture=True, logits_at=last)
+        v = self.engine.version
+        for i, r in enumerate(take):
+            r.experts.append(out.experts[i, :len(r.new)]); r.fed_versions = [v] * len(r.new)
+        self.stats["fed"] += int(n.sum()); self.stats["prefills"] += 1
+        tok, lp = sample_tokens(out.logits, self.T, self.top_p, self.gen)
+        fin = self._record(take, tok, lp)
+        self._retire([lo + i for i in fin])
+
+    def _decode(self):
+        "One decode step over every active row."
+        B = len(self.active)
+        cur = torch.tensor([[r.tokens[-1]] for r in self.active], device=self.pool.len.device)
+        out = self.engine.model(cur, cache=self.pool.view(0, B), capture=True)
+        v = self.engine.version
+        for i, r in enumerate(self.active): r.experts.append(out.experts[i]); r.fed_versions.append(v)
+        tok, lp = sample_tokens(out.logits[:, -1], self.T, self.top_p, self.gen)
+        self.stats["fed"] += B; self.stats["decode_steps"] += 1; self.stats["decode_rows"] += B
+        self._retire(self._record(self.active, tok, lp))
+
+    def _loop(self):
+        while True:
+            with self._cv:
+                while not self._stop and not self.pending and not self.active and not self._closing: self._cv.wait()
+                if self._stop: break
+                for sid in self._closing:
+                    row = self.row_of.pop(sid, None)
+                    if row is not None: self.seq_at[row] = None
+                self._closing = []
+            t0 = time.perf_counter()
+            try:
+                with torch.no_grad():
+                    self.engine._apply_pending()
+                    self._admit()
+                    if self.active: self._decode()
+            except BaseException as e:                    # fail what is in flight; the loop lives on
+                for r in self.active: r.out = e; r.done.set()
+                self.active = []
+            self.stats["busy_s"] += time.perf_counter() - t0
+        for r in self.active + self.pending: r.out = RuntimeError("DecodeServer stopped"); r.done.set()

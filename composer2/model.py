@@ -93,6 +93,11 @@ class SlotCache:
         pad = lambda t: torch.cat([t, t.new_zeros(t.shape[0], t.shape[1], new - cap, t.shape[3])], 2)
         self.k = [pad(t) for t in self.k]; self.v = [pad(t) for t in self.v]
 
+    def add_rows(self, n: int):
+        "Grow the pool by n empty rows."
+        pad = lambda t: torch.cat([t, t.new_zeros(n, *t.shape[1:])], 0)
+        self.k = [pad(t) for t in self.k]; self.v = [pad(t) for t in self.v]; self.len = pad(self.len)
+
     def swap(self, i: int, j: int):
         "Exchange the sequences held by rows i and j."
         if i == j: return
