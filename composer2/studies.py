@@ -9,16 +9,16 @@ import shutil, subprocess, sys, time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-import yaml
+import numpy as np, yaml
 from .config import C2Error, repo_root
 
 # %% auto #0
 __all__ = ['STUDIES', 'SCALES', 'RESERVED', 'LOCAL_SLURM_DIR', 'RESOURCE_KEYS', 'Study', 'studies_dir', 'results_root',
            'jobs_dir', 'get_study', 'study_scales', 'notebook_parameters', 'coerce_param', 'split_assignment',
            'load_scale', 'resolve_params', 'claim', 'write_results', 'load_results', 'save_figure', 'Checkpoint',
-           'StudyFailed', 'device_info', 'default_out', 'check_out_dir', 'run_study', 'index_rows', 'build_index',
-           'slurm_env', 'use_slurm_env', 'slurm_problem', 'StudyJob', 'job_resources', 'expand_sweeps', 'submit_study',
-           'wait_jobs', 'study_jobs', 'reproduce']
+           'paired_bootstrap', 'slope_interval', 'StudyFailed', 'device_info', 'default_out', 'check_out_dir',
+           'run_study', 'index_rows', 'build_index', 'slurm_env', 'use_slurm_env', 'slurm_problem', 'StudyJob',
+           'job_resources', 'expand_sweeps', 'submit_study', 'wait_jobs', 'study_jobs', 'reproduce']
 
 # %% ../nbs/08_studies.ipynb #08c005
 @dataclass(frozen=True)
@@ -198,6 +198,26 @@ class Checkpoint:
         self.units[str(unit)] = _jsonable(value)
         _write_json(self.path, {"key": self.key, "units": self.units})
         return value
+
+# %% ../nbs/08_studies.ipynb #158402db
+def paired_bootstrap(before, after, n_boot: int = 10000, seed: int = 0, level: float = 0.95) -> dict:
+    """Mean of after - before over paired units (e.g. held-out tasks, each measured before and after) and its
+    percentile bootstrap interval, resampling the units with replacement: an interval that excludes 0 is a change
+    the spread over units cannot explain."""
+    d = np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)
+    if d.ndim != 1 or len(d) < 2: raise ValueError("paired_bootstrap needs at least two paired values")
+    means = d[np.random.default_rng(seed).integers(0, len(d), (n_boot, len(d)))].mean(1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return dict(mean=float(d.mean()), lo=float(lo), hi=float(hi), n=len(d), level=level)
+
+def slope_interval(x, y, level: float = 0.95) -> dict:
+    "Least-squares slope of y on x with its t-interval (a trend over steps, e.g. the training reward)."
+    from scipy import stats
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if len(x) < 3: raise ValueError("slope_interval needs at least three points")
+    r = stats.linregress(x, y)
+    h = stats.t.ppf((1 + level) / 2, len(x) - 2) * r.stderr
+    return dict(slope=float(r.slope), lo=float(r.slope - h), hi=float(r.slope + h), n=len(x), level=level)
 
 # %% ../nbs/08_studies.ipynb #08c014
 class StudyFailed(Exception):
