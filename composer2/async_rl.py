@@ -361,8 +361,9 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
         # evaluations run on their own actor, one after another, each on a snapshot of the weights; the driver
         # does not wait for them (except for the last), it writes each one when it is ready
         pending_evals, evals_run = [], []
-        def submit_eval(step):
-            pending_evals.append((step, evaluator.evaluate.remote(trainer.weights.remote(), step, eval_ids, r.eval_k)))
+        def submit_eval(step, weights=None):
+            weights = trainer.weights.remote() if weights is None else weights
+            pending_evals.append((step, evaluator.evaluate.remote(weights, step, eval_ids, r.eval_k)))
         def collect_evals(wait: bool = False):
             while pending_evals and (wait or ray.wait([pending_evals[0][1]], timeout=0)[1] == []):
                 step, ref = pending_evals.pop(0)
@@ -372,6 +373,8 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
                 with (out / "eval.jsonl").open("a") as f: f.write(json.dumps(dict(step=step, tasks=res)) + "\n")
                 evals_run.append(row)
 
+        ev_done = [json.loads(l)["step"] for l in (out / "eval.jsonl").read_text().splitlines() if l.strip()] if (out / "eval.jsonl").exists() else []
+        if start > 0 and 0 not in ev_done: submit_eval(0, ray.put(init_state))   # stopped before the first evaluation came back
         if start % r.eval_every == 0 and start < r.steps: submit_eval(start)
         runs = [w.run.remote(rec) for w in workers]
         bar = tqdm(total=r.steps, initial=start, desc=f"rl {r.mode}", disable=not progress, dynamic_ncols=True)
