@@ -66,9 +66,8 @@ class TrainerImpl:
         from composer2.train import pick_device
         self.cfg, self.dev = cfg, pick_device(cfg.train.device)
         self.model = build_policy(model_cfg, init_state, cfg).to(self.dev)
-        self.ref = None
-        if cfg.rl.kl_coef > 0:
-            self.ref = build_policy(model_cfg, init_state, cfg).to(self.dev).requires_grad_(False)
+        # the initial policy: the KL term's reference when rl.kl_coef > 0, else only the kl_init diagnostic's (on metric_rows segments)
+        self.ref = build_policy(model_cfg, init_state, cfg).to(self.dev).requires_grad_(False)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.rl.lr)
         if resume is not None:
             self.model.load_state_dict(resume["model"]); self.opt.load_state_dict(resume["opt"])

@@ -138,10 +138,16 @@ class SandboxConfig:
     root: str = opt("", doc="where workspaces are created; '' means a fresh directory under the system temp dir")
     timeout: float = opt(10.0, lo=0.01, doc="default wall-clock seconds per command")
     cpu_seconds: int = opt(10, lo=1, doc="RLIMIT_CPU")
-    memory_mb: int = opt(1024, lo=16, doc="RLIMIT_AS")
-    max_processes: int = opt(64, lo=1, doc="processes the sandbox may have alive at once")
+    memory_mb: int = opt(1024, lo=16, doc="RLIMIT_AS of each process and, with a memory cgroup, the whole command's memory "
+                                          "(all its processes, memfds, /tmp and /dev/shm)")
+    max_processes: int = opt(64, lo=1, doc="processes (threads included) the sandbox may have alive at once")
     file_size_mb: int = opt(16, lo=1, doc="RLIMIT_FSIZE")
+    max_open_files: int = opt(256, lo=16, hi=65536, doc="RLIMIT_NOFILE of each process")
     tmp_mb: int = opt(64, lo=1, doc="size of the private /tmp and /dev/shm (tmpfs, so RAM) of each command")
+    workspace_mb: int = opt(128, lo=0, doc="size of each workspace: a tmpfs of its own when we are root; 0 = a plain directory, no cap")
+    workspace_inodes: int = opt(8192, lo=64, doc="files and directories a workspace may hold (same tmpfs)")
+    cgroup: bool = opt(True, doc="a memory + pids cgroup per command where cgroup v1 is writable (root)")
+    seccomp: bool = opt(True, doc="deny keyrings, io_uring, ptrace, bpf, mount... (a seccomp filter; needs libseccomp)")
     max_output: int = opt(16384, lo=64, doc="characters kept of stdout and of stderr each")
     workers: int = opt(8, lo=1, doc="sandboxes a pool runs concurrently")
 
@@ -157,6 +163,8 @@ class TasksConfig:
     lines_to_change: int = opt(1, lo=1, doc="bugs to fix per task")
     bug_kinds: list[str] = opt(["operator", "constant", "comparison", "return", "missing"])
     max_turns: int = opt(12, lo=1, doc="agent turns before an episode is cut off")
+    episode_timeout_s: float = opt(900.0, lo=0.0, doc="wall-clock budget of one episode (policy, tools, judge); past it "
+                                                      "the episode ends unsolved; 0 = no budget")
 
 @dataclass
 class RewardConfig:
@@ -193,6 +201,12 @@ class RLConfig:
     kl_estimator: str = opt("k1", choices=["k1", "k2", "k3"])
     kl_coef: float = opt(0.0, lo=0.0)
     router_replay: bool = opt(True)
+    update_router_bias: bool = opt(False, doc="keep the aux-loss-free router-bias balancing running during RL; off (default), "
+                                               "routing moves only with the policy's gradient, not with a load statistic unrelated to reward")
+    metric_rows: int = opt(8, lo=0, doc="segments per step given the metric-only forwards: the other routing mode (mismatch "
+                                        "with vs without replay) and, without a KL loss, the reference (kl_init); 0 skips them")
+    shuffle_rewards: bool = opt(False, doc="control run: permute the rewards among all rollouts of each step (seeded by rl.seed "
+                                           "and the step) before the advantages, so the run shows what noise alone does")
     summary: str = opt("self", choices=["self", "prompt", "truncate"], doc="what happens when the context fills")
     summary_trigger: float = opt(0.75, lo=0.1, hi=1.0, doc="fraction of the context that triggers summarisation")
     difficulty_upsampling: bool = opt(False)

@@ -10,10 +10,10 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['KL_ESTIMATORS', 'kl_k1', 'kl_k2', 'kl_k3', 'kl_estimate', 'kl_exact_moments', 'group_advantages', 'pg_loss',
-           'best_of_k', 'best_of_k_curve', 'Segment', 'Rollout', 'Group', 'collate', 'token_logprobs', 'mismatch_stats',
-           'staleness_histogram', 'rl_step', 'Reconciler', 'publishable', 'make_delta', 'apply_delta', 'delta_nbytes',
-           'full_nbytes', 'delta_stats']
+__all__ = ['KL_ESTIMATORS', 'KL_LOG_RATIO_CLIP', 'KL_K3_MAX', 'kl_k1', 'kl_k2', 'kl_k3', 'kl_estimate', 'kl_exact_moments',
+           'kl_penalty', 'group_advantages', 'permute_rewards', 'pg_loss', 'best_of_k', 'best_of_k_curve', 'Segment',
+           'Rollout', 'Group', 'collate', 'token_logprobs', 'mismatch_stats', 'staleness_histogram', 'rl_step',
+           'Reconciler', 'publishable', 'make_delta', 'apply_delta', 'delta_nbytes', 'full_nbytes', 'delta_stats']
 
 # %% ../nbs/11_rl.ipynb #11c005
 def _xp(x):
@@ -58,13 +58,37 @@ def kl_exact_moments(logp, logq) -> dict:
             out[name] = {"mean": m, "var": dev.sum(-1)}
     return out
 
+# %% ../nbs/11_rl.ipynb #11c102
+KL_LOG_RATIO_CLIP, KL_K3_MAX = 20.0, 10.0
+
+def kl_penalty(logp, logq, estimator: str = "k1", clip: float = KL_LOG_RATIO_CLIP, k3_max: float = KL_K3_MAX):
+    "`kl_estimate` made safe for a float32 loss: log p - log q clamped to [-clip, clip] first, k3 clamped to at most `k3_max` (verl's kl_penalty)."
+    if estimator not in KL_ESTIMATORS: raise ValueError(f"unknown KL estimator {estimator!r} (choose from k1, k2, k3)")
+    lr = logp - logq
+    lr = lr.clamp(-clip, clip) if _xp(lr) is not np else np.clip(lr, -clip, clip)
+    v = KL_ESTIMATORS[estimator](lr)
+    if estimator == "k3": v = v.clamp(max=k3_max) if _xp(v) is not np else np.minimum(v, k3_max)
+    return v
+
 # %% ../nbs/11_rl.ipynb #11c012
 def group_advantages(rewards, std_norm: bool = False, eps: float = 1e-6) -> np.ndarray:
-    "Dr. GRPO advantages: each reward minus its group's mean (the last axis is the group); `std_norm` (GRPO) divides by the group's std."
+    """Dr. GRPO advantages: each reward minus its group's mean (the last axis is the group). `std_norm` (GRPO) divides by
+    the group's sample std (ddof=1, as TRL and verl) + `eps`; a group of one has std 0, so its advantage is 0 (no NaN)."""
     r = np.asarray(rewards, dtype=np.float64)
     a = r - r.mean(-1, keepdims=True)
-    if std_norm: a = a / (r.std(-1, keepdims=True) + eps)
+    if std_norm:
+        n = r.shape[-1]
+        a = a / (np.sqrt((a ** 2).sum(-1, keepdims=True) / max(n - 1, 1)) + eps)
     return a
+
+# %% ../nbs/11_rl.ipynb #11c105
+def permute_rewards(rewards: list[list[float]], seed: int, step: int | None) -> list[list[float]]:
+    "The reward-shuffle control: `rewards` (one list per group) permuted among all rollouts of the step, group sizes kept; deterministic in `seed` and `step`."
+    flat = [r for g in rewards for r in g]
+    random.Random(f"shuffle-rewards-{seed}-{step}").shuffle(flat)
+    out, i = [], 0
+    for g in rewards: out.append(flat[i:i + len(g)]); i += len(g)
+    return out
 
 # %% ../nbs/11_rl.ipynb #11c015
 def pg_loss(logp: torch.Tensor, logp_sample: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, is_cap: float = 2.0,
@@ -73,7 +97,7 @@ def pg_loss(logp: torch.Tensor, logp_sample: torch.Tensor, adv: torch.Tensor, ma
     """Policy-gradient loss of sequences [B, T]: `logp` (trainer, with grad) and `logp_sample` (sampler) of the sampled
     tokens, `adv` [B] per sequence, `mask` [B, T] on the tokens that count. Dr. GRPO: sum / `denom` (default B * T);
     `length_norm` (GRPO): each row divided by `lengths` [B] (default its token count), then sum / `denom` (default B).
-    With `logp_ref` and `kl_coef` > 0 adds the KL surrogate. Returns loss, pg, kl, is_weight, is_clipped (fractions)."""
+    With `logp_ref` and `kl_coef` > 0 adds the KL surrogate (`kl_penalty`: clamped). Returns loss, pg, kl, is_weight, is_clipped (fractions)."""
     m = mask.to(logp.dtype)
     ratio = torch.exp(logp.detach() - logp_sample.to(logp.dtype))
     w = ratio.clamp(max=is_cap) * m
@@ -82,7 +106,7 @@ def pg_loss(logp: torch.Tensor, logp_sample: torch.Tensor, adv: torch.Tensor, ma
     parts = dict(is_weight=(w.sum() / n_tok).detach(), is_clipped=((ratio > is_cap).to(m.dtype) * m).sum() / n_tok)
     pg_tok = tok.detach()
     if logp_ref is not None and kl_coef > 0:
-        est = kl_estimate(logp_ref.to(logp.dtype), logp, kl_estimator)
+        est = kl_penalty(logp_ref.to(logp.dtype), logp, kl_estimator)
         tok = tok + kl_coef * w * (est.detach() * logp + est)
         parts["kl"] = (est.detach() * m).sum() / n_tok
     else: parts["kl"] = torch.zeros((), dtype=logp.dtype, device=logp.device)
@@ -200,19 +224,30 @@ def collate(segments: list[Segment], adv: list[float] | None = None, device="cpu
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
 
 # %% ../nbs/11_rl.ipynb #11c033
-def token_logprobs(model, batch: dict, replay: bool = True, temperature: float = 1.0) -> tuple[torch.Tensor, float]:
-    "Log-probs [B, T-1] of `batch['ids'][:, 1:]` under `model` (routing replayed from `batch['experts']` when `replay`), and the share of replayed expert slots the fallback replaced."
+def token_logprobs(model, batch: dict, replay: bool = True, temperature: float = 1.0, entropy: bool = False) -> tuple:
+    """Log-probs [B, T-1] of `batch['ids'][:, 1:]` under `model` where `batch['mask']` is 1 (0.0 elsewhere: the head and
+    log-softmax run only there), routing replayed from `batch['experts']` when `replay`, and the share of replayed expert
+    slots the fallback replaced. With `entropy`, a third item: the entropy [B, T-1] of softmax(logits / temperature) at
+    the same positions (no grad)."""
     ids, valid = batch["ids"], batch["valid"]
+    at = (batch["mask"] > 0) if batch.get("mask") is not None else valid[:, 1:]
+    at = at.to(ids.device) & valid[:, 1:]
     rep = batch.get("experts") if replay else None
     fallback = rep is not None and model.cfg.replay_fallback
-    out = model(ids[:, :-1], valid=valid[:, :-1], replay=rep, capture=fallback)
-    lp = (out.logits.float() / (temperature or 1.0)).log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    out = model(ids[:, :-1], valid=valid[:, :-1], replay=rep, capture=fallback, logits_at=at)
+    logp = (out.logits.float() / (temperature or 1.0)).log_softmax(-1)          # [N, V], N = sampled positions
+    zeros = torch.zeros(at.shape, dtype=logp.dtype, device=logp.device)
+    lp = zeros.masked_scatter(at, logp.gather(-1, ids[:, 1:][at][:, None]).squeeze(-1))
     rate = 0.0
     if fallback:   # slots where the routing used differs from the replayed one, over real positions
         v = valid[:, :-1]
         changed = (out.experts != rep.to(out.experts.device))[v]
         rate = float(changed.float().mean()) if changed.numel() else 0.0
-    return lp, rate
+    if not entropy: return lp, rate
+    with torch.no_grad():
+        lq = logp.detach()
+        ent = zeros.masked_scatter(at, -(lq.exp() * lq.clamp_min(torch.finfo(lq.dtype).min)).sum(-1))   # p = 0: 0, not nan
+    return lp, rate, ent
 
 def mismatch_stats(logp_train: torch.Tensor, logp_sample: torch.Tensor, mask: torch.Tensor) -> dict:
     "Train/inference mismatch over masked tokens: mean and p99 of |log p_train - log p_sample|, and KL(sampler || trainer) (k3)."
@@ -231,38 +266,51 @@ def staleness_histogram(groups: list[Group], step: int, max_lag: int) -> list[in
     return h
 
 # %% ../nbs/11_rl.ipynb #11c040
+def _micro_batches(idx: list[int], lens: list[int], micro_tokens: int) -> list[list[int]]:
+    "Consecutive runs of `idx` (sorted by length) whose padded size (count x longest) stays within `micro_tokens`."
+    chunks, cur = [], []
+    for i in idx:
+        if cur and (len(cur) + 1) * lens[i] > micro_tokens: chunks.append(cur); cur = []
+        cur.append(i)
+    return chunks + [cur] if cur else chunks
+
 def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: float = 1.0, micro_tokens: int = 8192,
             norm_tokens: int | None = None, version: int | None = None) -> dict:
-    "One RL step on `groups` (RLConfig `cfg_rl`) by the trainer at `version`: advantages, truncated-IS PG loss (+ KL), Adam; returns the step's metrics."
+    """One RL step on `groups` (RLConfig `cfg_rl`) by the trainer at `version`: advantages (of permuted rewards with
+    `shuffle_rewards`), truncated-IS PG loss (+ KL when `kl_coef` > 0 and a `ref_model`), Adam, router biases only with
+    `update_router_bias`. Returns the step's metrics: loss parts, grad_norm, zero_signal_groups, adv_abs_mean, entropy,
+    kl_init (NaN without `ref_model`), and the mismatch with and without replay: the trained routing mode's over all
+    segments, the other mode's (a metric-only forward) over a subsample of at most `metric_rows` segments (NaN when 0)."""
     t0 = time.perf_counter()
     dev = model.embed.weight.device
     grpo = cfg_rl.advantage == "grpo"   # shorthand for both of GRPO's normalisations
     std_norm, length_norm = cfg_rl.std_norm or grpo, cfg_rl.length_norm or grpo
-    rows, n_rollouts = [], 0
-    for g in groups:
-        adv = group_advantages([r.reward for r in g.rollouts], std_norm=std_norm)
+    T = getattr(cfg_rl, "temperature", 1.0)   # the sampler's log-probs are of softmax(logits / T)
+    nan = float("nan")
+    rewards = [g.rewards for g in groups]
+    if cfg_rl.shuffle_rewards: rewards = permute_rewards(rewards, cfg_rl.seed, version)
+    rows, advs = [], []
+    for g, rw in zip(groups, rewards):
+        adv = group_advantages(rw, std_norm=std_norm) if rw else np.zeros(0)
+        advs += adv.tolist()
         for r, a in zip(g.rollouts, adv):
-            n_rollouts += 1
             if cfg_rl.overlong_mask and r.truncated: continue
             rows += [(s, float(a), r.n_sampled) for s in r.segments if s.n_sampled]
+    n_rollouts = len(advs)
     norm_tokens = norm_tokens or model.cfg.max_seq_len
     denom = n_rollouts if length_norm else n_rollouts * norm_tokens
     rows.sort(key=lambda r: len(r[0].ids))
-    chunks, cur = [], []
-    for r in rows:   # micro-batches by padded token count
-        if cur and (len(cur) + 1) * len(r[0].ids) > micro_tokens: chunks.append(cur); cur = []
-        cur.append(r)
-    if cur: chunks.append(cur)
+    lens = [len(r[0].ids) for r in rows]
+    use_kl = ref_model is not None and cfg_rl.kl_coef > 0
     model.train(); opt.zero_grad(set_to_none=True)
     acc = dict(loss=0.0, pg=0.0, kl=0.0, is_weight=0.0, is_clipped=0.0)
-    lp_on, lp_off, lp_s, masks, vers, fb, n_tok = [], [], [], [], [], [], 0
-    for ch in chunks:
-        b = collate([r[0] for r in ch], [r[1] for r in ch], dev)
-        lengths = torch.tensor([r[2] for r in ch], device=dev)
-        T = getattr(cfg_rl, "temperature", 1.0)   # the sampler's log-probs are of softmax(logits / T)
-        lp, rate = token_logprobs(model, b, replay=cfg_rl.router_replay, temperature=T)
+    lp_rows, ref_rows, fb, n_tok, ent_sum = [None] * len(rows), [None] * len(rows), [], 0, 0.0
+    for ch in _micro_batches(list(range(len(rows))), lens, micro_tokens):
+        b = collate([rows[i][0] for i in ch], [rows[i][1] for i in ch], dev)
+        lengths = torch.tensor([rows[i][2] for i in ch], device=dev)
+        lp, rate, ent = token_logprobs(model, b, replay=cfg_rl.router_replay, temperature=T, entropy=True)
         ref = None
-        if ref_model is not None and cfg_rl.kl_coef > 0:
+        if use_kl:
             with torch.no_grad(): ref, _ = token_logprobs(ref_model, b, replay=False, temperature=T)
         parts = pg_loss(lp, b["logp_sample"], b["adv"], b["mask"], cfg_rl.is_cap, length_norm, lengths, denom,
                         ref, cfg_rl.kl_coef, cfg_rl.kl_estimator)
@@ -271,31 +319,60 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
         for name in acc:
             v = float(parts[name].detach())
             acc[name] += v if name in ("loss", "pg") else v * k   # token means are re-weighted below
-        with torch.no_grad(): other, _ = token_logprobs(model, b, replay=not cfg_rl.router_replay, temperature=T)
-        (lp_on, lp_off)[0 if cfg_rl.router_replay else 1].append(lp.detach().flatten())
-        (lp_off, lp_on)[0 if cfg_rl.router_replay else 1].append(other.flatten())
-        lp_s.append(b["logp_sample"].flatten()); masks.append(b["mask"]); vers.append(b["versions"])
+        ent_sum += float((ent * b["mask"]).sum())
+        lpc, refc = lp.detach().cpu(), None if ref is None else ref.cpu()
+        for j, i in enumerate(ch):
+            lp_rows[i] = lpc[j, :lens[i] - 1]
+            if refc is not None: ref_rows[i] = refc[j, :lens[i] - 1]
         fb.append((rate, k))
     for name in ("kl", "is_weight", "is_clipped"): acc[name] /= max(n_tok, 1)
+    # metric-only forwards, before the update and without counting toward the router load: the other routing mode and,
+    # without a KL loss, the reference, on a deterministic subsample of at most metric_rows segments
+    n_sub = min(cfg_rl.metric_rows, len(rows))
+    sub = sorted(random.Random(f"metric-rows-{cfg_rl.seed}-{version}").sample(range(len(rows)), n_sub))
+    other_rows = {}
+    if sub:
+        model.eval()
+        with torch.no_grad():
+            for ch in _micro_batches(sub, lens, micro_tokens):
+                b = collate([rows[i][0] for i in ch], None, dev)
+                other = token_logprobs(model, b, replay=not cfg_rl.router_replay, temperature=T)[0].cpu()
+                r_ = None if use_kl or ref_model is None else token_logprobs(ref_model, b, replay=False, temperature=T)[0].cpu()
+                for j, i in enumerate(ch):
+                    other_rows[i] = other[j, :lens[i] - 1]
+                    if r_ is not None: ref_rows[i] = r_[j, :lens[i] - 1]
     gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)) if grad_clip else float("nan")
     opt.step()
-    model.update_router_biases()
+    if cfg_rl.update_router_bias: model.update_router_biases()
+    else:
+        for moe in model.moe_layers: moe.load.zero_()
     model.eval()
-    out = dict(acc, grad_norm=gnorm, train_tokens=int(n_tok), train_seqs=len(rows), train_seconds=time.perf_counter() - t0)
-    if rows:
-        cat = lambda xs: torch.cat(xs)
-        mask = cat([mk.flatten() for mk in masks])
-        on_policy = None
-        if version is not None:   # segments (rows) whose every sampled token is of `version`
-            rows_on = torch.cat([((v == version) | (mk == 0)).all(1, keepdim=True).expand_as(v).flatten()
-                                 for v, mk in zip(vers, masks)])   # micro-batches differ in padded length
-            on_policy = mask * rows_on
-        for tag, lps in [("replay", lp_on), ("noreplay", lp_off)]:
-            for k2, v in mismatch_stats(cat(lps), cat(lp_s), mask).items(): out[f"mismatch_{tag}_{k2}"] = v
-            if on_policy is None: continue
-            for k2, v in mismatch_stats(cat(lps), cat(lp_s), on_policy).items():
-                out[f"mismatch_{tag}_onpolicy_{k2}"] = v if on_policy.any() else float("nan")
-        out["replay_fallback_rate"] = sum(r * k for r, k in fb) / max(sum(k for _, k in fb), 1)
+    rw_flat = [r for rw in rewards for r in rw]
+    out = dict(acc, grad_norm=gnorm, train_tokens=int(n_tok), train_seqs=len(rows),
+               zero_signal_groups=float(np.mean([max(rw) == min(rw) if rw else True for rw in rewards])) if rewards else nan,
+               adv_abs_mean=float(np.mean(np.abs(advs))) if advs else nan,
+               entropy=ent_sum / n_tok if n_tok else nan)
+    # per-segment tensors of the predicted tokens: sampled mask, sampler log-probs, whether wholly of `version`
+    seg_mask = [torch.tensor(r[0].mask[1:], dtype=torch.float64) for r in rows]
+    seg_lps = [torch.tensor(r[0].logprobs[1:], dtype=torch.float64) for r in rows]
+    on_policy = [version is not None and all(v == version for v, m in zip(r[0].versions[1:], r[0].mask[1:]) if m) for r in rows]
+    def mismatch(tag, idx, lps):
+        for suffix, keep in [("", idx), ("onpolicy_", [i for i in idx if on_policy[i]])]:
+            st = (mismatch_stats(torch.cat([lps[i] for i in keep]), torch.cat([seg_lps[i] for i in keep]),
+                                 torch.cat([seg_mask[i] for i in keep])) if keep else dict(mean=nan, p99=nan, kl=nan))
+            for k2, v in st.items(): out[f"mismatch_{tag}_{suffix}{k2}"] = v
+    trained, counterfactual = ("replay", "noreplay") if cfg_rl.router_replay else ("noreplay", "replay")
+    mismatch(trained, list(range(len(rows))), lp_rows)
+    mismatch(counterfactual, sub, other_rows)
+    out["replay_fallback_rate"] = sum(r * k for r, k in fb) / max(sum(k for _, k in fb), 1)
+    kl_idx = [i for i in range(len(rows)) if ref_rows[i] is not None]
+    if kl_idx:
+        m_ = torch.cat([seg_mask[i] for i in kl_idx]).bool()
+        est = kl_penalty(torch.cat([ref_rows[i] for i in kl_idx]).double(), torch.cat([lp_rows[i] for i in kl_idx]).double(), "k3")
+        out["kl_init"] = float(est[m_].mean()) if m_.any() else nan
+    else: out["kl_init"] = nan
+    out["metric_segments"] = n_sub
+    out["train_seconds"] = time.perf_counter() - t0
     return out
 
 # %% ../nbs/11_rl.ipynb #11c044
