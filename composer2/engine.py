@@ -104,7 +104,8 @@ class Engine:
         for b, p in enumerate(prompts):
             idx[b, P - len(p):] = torch.tensor(p, device=dev); valid[b, P - len(p):] = True
         cache = m.new_cache(B, capacity=P + max_new_tokens * (len(m.mtp) + 1) + 1)
-        out = m(idx, valid=valid, cache=cache, capture=True)
+        last = torch.zeros_like(valid); last[:, -1] = True       # the head only where the first token is sampled
+        out = m(idx, valid=valid, cache=cache, capture=True, logits_at=last)
         experts = [out.experts]
         res = [dict(tokens=[], logprobs=[], versions=[], stop_reason="length") for _ in range(B)]
         done = torch.zeros(B, dtype=torch.bool, device=dev)
@@ -118,9 +119,7 @@ class Engine:
             if r["stop_reason"] == "stop" or len(r["tokens"]) >= max_new_tokens: done[b] = True
             return not done[b]
 
-        logits = out.logits[:, -1]
-        cur = self._draw(sampling_probs(logits, temperature, top_p), gen)
-        lp = (logits.double() / (temperature or 1.0)).log_softmax(-1).gather(-1, cur[:, None]).squeeze(-1)
+        cur, lp = sample_tokens(out.logits, temperature, top_p, gen)
         for b in range(B): emit(b, cur[b], lp[b])
         if speculative:   # the MTP window: trunk hidden h_i and the token after it, right-aligned
             hist_h, hist_tok, hist_ok = out.hidden, torch.cat([idx[:, 1:], cur[:, None]], 1), valid
@@ -132,9 +131,7 @@ class Engine:
             if not speculative:
                 out = m(cur[:, None], valid=~done[:, None], cache=cache, capture=True)
                 experts.append(out.experts)
-                logits = out.logits[:, -1]
-                nxt = self._draw(sampling_probs(logits, temperature, top_p), gen)
-                lp = (logits.double() / (temperature or 1.0)).log_softmax(-1).gather(-1, nxt[:, None]).squeeze(-1)
+                nxt, lp = sample_tokens(out.logits[:, -1], temperature, top_p, gen)
                 for b in range(B):
                     if not done[b]: emit(b, nxt[b], lp[b])
                 cur = nxt

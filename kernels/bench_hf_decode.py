@@ -1,4 +1,4 @@
-"""Decode throughput of composer2's `Engine.generate` against Hugging Face `generate()` on the same weights, side by side in one run.
+"""Decode throughput of composer2's `Engine.generate` and rollout `DecodeServer` against Hugging Face `generate()` on the same weights, side by side in one run.
 
     python kernels/bench_hf_decode.py --checkpoint runs/cpu/last.pt [--batch 1 8 32] [--new 64] [--temperature 0 1]
     python kernels/bench_hf_decode.py --random [--scale cpu] [--set model.gate=sigmoid]   # no checkpoint: random weights
@@ -6,7 +6,8 @@
 The HF model is `composer2.hf.to_hf(model)` (Ernie4_5_MoeForCausalLM or Glm4MoeForCausalLM; fp32 logits equal to
 composer2's within ~1e-5). Both decode with a KV cache from the same equal-length prompts (random tokens) and generate
 exactly --new tokens per row: the engine with no stop tokens, HF with min_new_tokens = max_new_tokens and no eos
-token. The engine also records what RL needs per token (log-probability, routing, weight version); HF returns the
+token. `DecodeServer` (the RL rollout path: continuous batching, one request per row from its own thread) is timed on
+the same prompts. The engine also records what RL needs per token (log-probability, routing, weight version); HF returns the
 tokens only. Throughput is best of --repeats interleaved runs after a warm-up. At temperature 0 the table also
 reports the share of rows whose greedy tokens agree (the same function, so ~all). Results are printed as a table and
 written as JSON to kernels/results/hf_decode_<device>.json."""
@@ -15,7 +16,8 @@ from pathlib import Path
 import torch
 from composer2.config import C2Error, load_config
 from composer2.model import MoETransformer
-from composer2.engine import Engine
+from composer2.engine import DecodeServer, Engine
+from concurrent.futures import ThreadPoolExecutor
 from composer2.hf import to_hf
 from composer2.train import load_checkpoint
 from bench_decode import device_name   # same directory: one device naming for every benchmark
@@ -29,6 +31,17 @@ def run_engine(engine, x, new, temperature, dev):
     gens, _ = engine.generate(x.tolist(), max_new_tokens=new, temperature=temperature, stop_ids=(), seed=0)
     sync(dev); dt = time.perf_counter() - t
     return dt, sum(len(g.tokens) for g in gens), [g.tokens for g in gens]
+
+def run_server(model, x, new, temperature, dev):
+    "Seconds, tokens generated, tokens [B, new]: every row a request of its own, as rollout episodes ask."
+    srv = DecodeServer(Engine(model), temperature=temperature, seed=0, rows=len(x))
+    def one(p):
+        sid = srv.open(); g = srv.generate(sid, p, new, stop_ids=()); srv.close(sid); return g.tokens
+    sync(dev); t = time.perf_counter()
+    with ThreadPoolExecutor(len(x)) as ex: toks = list(ex.map(one, x.tolist()))
+    sync(dev); dt = time.perf_counter() - t
+    srv.shutdown()
+    return dt, sum(map(len, toks)), toks
 
 def run_hf(hf, x, new, temperature, dev):
     "Seconds, tokens generated, tokens [B, new]."
@@ -85,20 +98,23 @@ def main():
         for B in a.batch:
             x = prompts[:B]
             run_engine(engine, x, a.new, T, dev); run_hf(hf, x, a.new, T, dev)    # warm-up
-            res = {"engine": [], "hf": []}
+            res = {"engine": [], "hf": [], "server": []}
             for _ in range(a.repeats):    # interleaved, best of n
                 res["engine"].append(run_engine(engine, x, a.new, T, dev))
                 res["hf"].append(run_hf(hf, x, a.new, T, dev))
-            (te, ne, toks_e), (th, nh, toks_h) = (min(res[k], key=lambda r: r[0]) for k in ("engine", "hf"))
-            assert ne == nh == B * a.new, (ne, nh)
-            r = dict(temperature=T, batch=B, engine_tok_s=ne / te, hf_tok_s=nh / th, ratio=(ne / te) / (nh / th))
+                res["server"].append(run_server(model, x, a.new, T, dev))
+            (te, ne, toks_e), (th, nh, toks_h), (ts, ns, _) = (min(res[k], key=lambda r: r[0]) for k in ("engine", "hf", "server"))
+            assert ne == nh == ns == B * a.new, (ne, nh, ns)
+            r = dict(temperature=T, batch=B, engine_tok_s=ne / te, server_tok_s=ns / ts, hf_tok_s=nh / th,
+                     ratio=(ne / te) / (nh / th), server_ratio=(ns / ts) / (nh / th))
             if T == 0: r["same_tokens"] = sum(p == q for p, q in zip(toks_e, toks_h)) / B
             rows.append(r)
-            print(f"  temp {T} batch {B}: engine {r['engine_tok_s']:.1f} tok/s, HF {r['hf_tok_s']:.1f} tok/s", flush=True)
-    print(f"\n{'temp':>5} {'batch':>5} {'engine tok/s':>13} {'HF tok/s':>10} {'engine/HF':>10} {'greedy rows equal':>18}")
+            print(f"  temp {T} batch {B}: engine {r['engine_tok_s']:.1f} tok/s, server {r['server_tok_s']:.1f}, HF {r['hf_tok_s']:.1f}", flush=True)
+    print(f"\n{'temp':>5} {'batch':>5} {'engine tok/s':>13} {'server tok/s':>13} {'HF tok/s':>10} {'engine/HF':>10} {'server/HF':>10} {'greedy rows equal':>18}")
     for r in rows:
         same = f"{r['same_tokens']:.0%}" if "same_tokens" in r else "-"
-        print(f"{r['temperature']:>5} {r['batch']:>5} {r['engine_tok_s']:>13.1f} {r['hf_tok_s']:>10.1f} {r['ratio']:>9.2f}x {same:>18}")
+        print(f"{r['temperature']:>5} {r['batch']:>5} {r['engine_tok_s']:>13.1f} {r['server_tok_s']:>13.1f} {r['hf_tok_s']:>10.1f} "
+              f"{r['ratio']:>9.2f}x {r['server_ratio']:>9.2f}x {same:>18}")
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40]
     path = out / f"hf_decode_{slug}.json"
