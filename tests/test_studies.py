@@ -106,11 +106,16 @@ def test_best_of_k_results(smoke):
     assert res["status"] == "ok", res
     m, p = res["metrics"], res["params"]
     assert set(m["stages"]) == {"base", "cpt-small", "mtp", "long", "sft"} and m["stages"]["sft"]["steps"] == p["sft_steps"]
-    assert len(m["steps"]) == m["rl"]["steps"] == p["rl_steps"] and m["ks"] == [1, 2]
-    assert [int(e["step"]) for e in m["evals"]] == list(range(0, p["rl_steps"] + 1, p["eval_every"]))
-    for e in m["evals"]:   # best-of-K never falls as K grows, and best-of-1 is pass@1
-        assert e["best_of_1"] == e["pass_at_1"] and 0 <= e["best_of_1"] <= e["best_of_2"] <= 1 and e["n_tasks"] == p["n_eval"]
-    assert {c["id"] for c in res["claims"]} == {"sft_solves_some", "pass1_rises", "best_of_k_rises", "train_reward_rises"}
+    assert m["runs"] == ["rl", "shuffle"] and m["ks"] == [1, 2]      # the real run and the reward-shuffle control
+    for run in m["runs"]:
+        assert len(m["steps"][run]) == m["rl"][run]["steps"] == p["rl_steps"]
+        assert [int(e["step"]) for e in m["evals"][run]] == list(range(0, p["rl_steps"] + 1, p["eval_every"]))
+        for e in m["evals"][run]:   # best-of-K never falls as K grows, and best-of-1 is pass@1
+            assert e["best_of_1"] == e["pass_at_1"] and 0 <= e["best_of_1"] <= e["best_of_2"] <= 1 and e["n_tasks"] == p["n_eval"]
+        for d in m["deltas"][run].values(): assert d["lo"] <= d["mean"] <= d["hi"] and d["n"] == p["n_eval"]
+        assert m["trend"][run]["lo"] <= m["trend"][run]["slope"] <= m["trend"][run]["hi"]
+    assert {c["id"] for c in res["claims"]} == {"sft_keeps_base", "sft_solves_some", "pass1_rises", "best_of_k_rises",
+                                                "train_reward_rises", "control_flat"}
     assert (out / "best_of_k.png").stat().st_size > 10_000
 
 def test_rl_systems_results(smoke):
