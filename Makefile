@@ -19,9 +19,9 @@ setup: system-packages $(STAMP)
 # are then skipped, which CI counts as failing).
 system-packages:
 	@bash slurm/cluster.sh install
-	@command -v bwrap >/dev/null || { if [ "$$(id -u)" = 0 ]; then echo "installing bubblewrap"; \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null \
-		|| { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null; }; \
+	@{ command -v bwrap >/dev/null && ldconfig -p | grep -q libseccomp.so.2; } || { if [ "$$(id -u)" = 0 ]; then echo "installing bubblewrap and libseccomp2"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap libseccomp2 >/dev/null \
+		|| { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap libseccomp2 >/dev/null; }; \
 		else echo "not installing bubblewrap (needs root: apt-get install bubblewrap); the sandbox tests will be skipped"; fi; }
 
 # Idempotent: reruns only when the packaging files change. torch is installed first from its pin

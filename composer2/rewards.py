@@ -10,10 +10,10 @@ from typing import Mapping
 import numpy as np
 
 # %% auto #0
-__all__ = ['EFFORT_TERMS', 'STYLE_RULES', 'STYLE_LINE_LENGTH', 'REWARD_TERMS', 'length_penalty', 'length_penalty_slope', 'Effort',
-           'EffortWeights', 'weighted_effort', 'effort_penalty', 'ruff_path', 'ruff_findings', 'new_style_findings',
-           'comment_lines', 'reasoning_comments', 'RewardBreakdown', 'changed_python_files', 'compute_reward',
-           'effort_from_transcript']
+__all__ = ['EFFORT_TERMS', 'STYLE_RULES', 'STYLE_LINE_LENGTH', 'REWARD_TERMS', 'REWARD_MAX_FILES', 'REWARD_MAX_BYTES',
+           'length_penalty', 'length_penalty_slope', 'Effort', 'EffortWeights', 'weighted_effort', 'effort_penalty',
+           'ruff_path', 'ruff_findings', 'new_style_findings', 'comment_lines', 'reasoning_comments', 'RewardBreakdown',
+           'changed_python_files', 'compute_reward', 'effort_from_transcript']
 
 # %% ../nbs/10_rewards.ipynb #10c004
 def _xp(x):
@@ -100,17 +100,22 @@ def ruff_findings(files: Mapping[str, str], select=STYLE_RULES) -> dict[str, lis
     with tempfile.TemporaryDirectory(prefix="c2-ruff-") as d:
         names, d = {}, Path(d).resolve()
         for i, (rel, text) in enumerate(files.items()):
-            p = d / f"f{i}" / Path(rel).name   # a flat private copy: no path from the workspace is trusted
+            base = rel.rsplit("/", 1)[-1]   # a flat private copy: no path from the workspace is trusted, odd names neither
+            base = base if re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", base) else "module" + (".pyi" if rel.endswith(".pyi") else ".py")
+            p = d / f"f{i}" / base
             p.parent.mkdir()
-            p.write_text(text, encoding="utf-8")
-            names[str(p)] = rel
-        r = subprocess.run([ruff_path(), "check", "--isolated", "--no-cache", "--exit-zero", "--output-format", "json",
-                            "--select", ",".join(select), "--line-length", str(STYLE_LINE_LENGTH), *sorted(names)],
-                           cwd=d, capture_output=True, text=True, timeout=120)
+            p.write_bytes(text.encode("utf-8", "replace"))
+            names[f"f{i}"] = rel
+        try:
+            r = subprocess.run([ruff_path(), "check", "--isolated", "--no-cache", "--exit-zero", "--output-format", "json",
+                                "--select", ",".join(select), "--line-length", str(STYLE_LINE_LENGTH), *sorted(names)],
+                               cwd=d, capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired: raise C2Error("ruff took over 120 s") from None
         if r.returncode != 0:
             raise C2Error(f"ruff failed: {(r.stderr.strip().splitlines() or ['exit status ' + str(r.returncode)])[-1]}")
         for f in json.loads(r.stdout or "[]"):
-            rel = names[str(Path(f["filename"]).resolve())]
+            rel = names.get(Path(f["filename"]).resolve().parent.name)
+            if rel is None: continue
             lines = files[rel].splitlines()
             row = f["location"]["row"]
             out[rel].append(dict(code=f["code"] or "invalid-syntax", row=row, message=f["message"],
@@ -180,17 +185,23 @@ class RewardBreakdown:
         "Every term, the total and the counts (`n_...`), flat, for logging."
         return {**{k: getattr(self, k) for k in REWARD_TERMS + ["total"]}, **{f"n_{k}": v for k, v in self.counts.items()}}
 
+REWARD_MAX_FILES, REWARD_MAX_BYTES = 200, 4 << 20   # what the style terms read of a workspace at most
+
 def changed_python_files(workspace: Path | str, original_files: Mapping[str, str] | None, edited=()) -> dict[str, str]:
-    "{path: text} of the workspace's Python files that are new or differ from `original_files`, plus `edited` ones."
-    from composer2.tools import workspace_files
-    root, original = Path(workspace), original_files or {}
-    out = {}
-    for rel in sorted(set(workspace_files(root, (".py",))) | {e for e in edited if e.endswith(".py")}):
-        p = root / rel
-        if p.is_symlink() or not p.is_file(): continue
-        try: text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError): continue
-        if original.get(rel) != text: out[rel] = text
+    """{path: text} of the workspace's Python files that are new or differ from `original_files`, plus `edited` ones; read
+    through `composer2.sandbox.read_beneath` (no link followed, no FIFO opened, capped in number and bytes)."""
+    from composer2.sandbox import list_beneath, printable, read_bytes_beneath
+    original, out, budget = original_files or {}, {}, REWARD_MAX_BYTES
+    rels = set(list_beneath(workspace, ".", (".py",), max_files=5 * REWARD_MAX_FILES))
+    rels |= {e for e in edited if isinstance(e, str) and e.endswith(".py")}
+    for rel in sorted(rels):
+        if len(out) >= REWARD_MAX_FILES or budget <= 0: break
+        try: data = read_bytes_beneath(workspace, rel, min(budget, 1 << 20))
+        except (C2Error, OSError): continue
+        try: text = data.decode("utf-8")
+        except UnicodeDecodeError: continue
+        budget -= len(data)
+        if original.get(rel) != text: out[printable(rel)] = text
     return out
 
 def compute_reward(solved: bool, toolbox, workspace: Path | str, effort: Effort | Mapping | None, cfg_reward,

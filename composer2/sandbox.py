@@ -4,7 +4,7 @@
 
 # %% ../nbs/12_sandbox.ipynb #12c003
 from __future__ import annotations
-import atexit, json, os, re, select, selectors, shutil, signal, stat, subprocess, sys, sysconfig, tempfile, threading, time
+import atexit, ctypes, errno, fcntl, itertools, json, os, re, select, selectors, shutil, signal, stat, subprocess, sys, sysconfig, tempfile, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,9 +12,11 @@ from typing import Callable, Iterable, Sequence
 from .config import C2Error, SandboxConfig
 
 # %% auto #0
-__all__ = ['BWRAP_MISSING', 'SANDBOX_WS', 'SANDBOX_UID', 'OUTPUT_KILL_BYTES', 'SandboxUnavailable', 'bwrap_path', 'safe_path',
-           'open_beneath', 'read_beneath', 'write_beneath', 'give_to_sandbox', 'default_root', 'make_workspace',
-           'remove_workspace', 'RunResult', 'Sandbox', 'SandboxPool']
+__all__ = ['BWRAP_MISSING', 'SANDBOX_WS', 'SANDBOX_UID', 'MAX_FILE_BYTES', 'MAX_LIST_FILES', 'SECCOMP_DENY', 'OUTPUT_KILL_BYTES',
+           'STDIN_PIPE_BYTES', 'SandboxUnavailable', 'bwrap_path', 'safe_path', 'printable', 'open_beneath',
+           'read_bytes_beneath', 'read_beneath', 'write_beneath', 'remove_beneath', 'replace_beneath', 'list_beneath',
+           'give_to_sandbox', 'default_root', 'make_workspace', 'workspace_is_capped', 'remove_workspace',
+           'seccomp_program', 'sandbox_limits', 'RunResult', 'Sandbox', 'SandboxPool']
 
 # %% ../nbs/12_sandbox.ipynb #12c006
 class SandboxUnavailable(C2Error):
@@ -45,27 +47,40 @@ def _own_fd(fd):
     if _AS_ROOT: os.fchown(fd, SANDBOX_UID, SANDBOX_UID)
 
 def _relative(rel) -> str:
+    "`rel` as a workspace-relative path; `C2Error` for what is not a usable path (empty, NUL, not encodable, absolute)."
     if not isinstance(rel, str) or not rel.strip() or "\0" in rel: raise C2Error(f"bad path {rel!r}")
+    try: os.fsencode(rel)
+    except UnicodeEncodeError: raise C2Error(f"bad path {rel!r}: not valid text") from None
     if rel == SANDBOX_WS or rel.startswith(SANDBOX_WS + "/"): rel = rel[len(SANDBOX_WS):].lstrip("/") or "."
     if rel.startswith("/"): raise C2Error(f"path {rel!r} is absolute: use a path relative to the workspace")
     return rel
 
 def safe_path(workspace: Path | str, rel: str) -> Path:
-    "`rel` resolved inside `workspace` (symlinks followed); `C2Error` for absolute paths, `..` and anything leading outside."
+    """`rel` resolved inside `workspace` (symlinks followed); `C2Error` for absolute paths, `..`, loops and anything leading
+    outside. Only for names: host code opens workspace files through `open_beneath` and its helpers, never through this."""
     root = Path(workspace).resolve()
     rel = _relative(rel)
     if ".." in Path(rel).parts: raise C2Error(f"path {rel!r} uses '..': paths stay inside the workspace")
-    full = (root / rel).resolve()
+    try: full = (root / rel).resolve()
+    except (RuntimeError, OSError) as e: raise C2Error(f"path {rel!r}: {e}") from None   # a symlink loop (RuntimeError in 3.11)
     if full != root and root not in full.parents: raise C2Error(f"path {rel!r} leads outside the workspace")
     return full
 
 # %% ../nbs/12_sandbox.ipynb #12c013
 _MAX_LINKS = 40
+MAX_FILE_BYTES = 1 << 20      # default cap of one host-side read of a workspace file
+MAX_LIST_FILES = 5000         # default cap of one host-side listing of a workspace
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+def printable(text: str) -> str:
+    "`text` with lone surrogates (undecodable bytes of file names or output) replaced by U+FFFD: valid UTF-8 for the model."
+    return _SURROGATES.sub("\ufffd", text) if isinstance(text, str) else str(text)
 
 def _parts(p: str) -> list[str]: return [x for x in p.split("/") if x not in ("", ".")]
 
 def open_beneath(workspace: Path | str, rel: str, flags: int = os.O_RDONLY, mode: int = 0o644, make_parents: bool = False) -> int:
-    "An fd for `rel` inside `workspace` that no symlink or concurrent rename can point outside it; `C2Error` on escapes."
+    """An fd for `rel` inside `workspace` that no symlink or concurrent rename can point outside it (opened `O_NONBLOCK`:
+    a FIFO never blocks); `C2Error` on escapes, loops and bad names, `OSError` for what does not exist."""
     shown, todo = rel, _parts(_relative(rel))
     stack, links = [os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)], 0
     try:
@@ -87,32 +102,186 @@ def open_beneath(workspace: Path | str, rel: str, flags: int = os.O_RDONLY, mode
                 target = os.readlink(name, dir_fd=stack[-1])
                 if target.startswith("/"):
                     if not (target == SANDBOX_WS or target.startswith(SANDBOX_WS + "/")):
-                        raise C2Error(f"path {shown!r} leads outside the workspace (symlink to {target})")
+                        raise C2Error(f"path {shown!r} leads outside the workspace (symlink to {printable(target)})")
                     for fd in stack[1:]: os.close(fd)
                     del stack[1:]
                     target = target[len(SANDBOX_WS):]
                 todo = _parts(target) + todo
                 continue
             if last:
-                fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=stack[-1])
+                fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=stack[-1])
                 if st is None: _own_fd(fd)
                 return fd
             stack.append(os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=stack[-1]))
-        return os.open(".", flags | os.O_CLOEXEC, dir_fd=stack[-1])   # rel named a directory
+        return os.open(".", flags | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=stack[-1])   # rel named a directory
     finally:
         for fd in stack: os.close(fd)
 
-def read_beneath(workspace: Path | str, rel: str) -> str:
-    "The UTF-8 text of `rel`, read through `open_beneath`."
-    with os.fdopen(open_beneath(workspace, rel), encoding="utf-8") as f: return f.read()
+def _regular(fd: int, rel: str) -> os.stat_result:
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode): raise IsADirectoryError(errno.EISDIR, "is a directory", rel)
+    if not stat.S_ISREG(st.st_mode): raise C2Error(f"{printable(rel)} is not a regular file")
+    return st
+
+def read_bytes_beneath(workspace: Path | str, rel: str, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    "The bytes of the regular file `rel` (through `open_beneath`); `C2Error` past `max_bytes` (never read whole) or for a FIFO, device, socket."
+    fd = open_beneath(workspace, rel)
+    try:
+        st = _regular(fd, rel)
+        if st.st_size > max_bytes: raise C2Error(f"{printable(rel)} is too large ({st.st_size} bytes; the limit is {max_bytes})")
+        out = bytearray()
+        while len(out) <= max_bytes:                  # the file may grow while we read: never past the cap
+            chunk = os.read(fd, max_bytes + 1 - len(out))
+            if not chunk: break
+            out += chunk
+        if len(out) > max_bytes: raise C2Error(f"{printable(rel)} is too large (over {max_bytes} bytes)")
+        return bytes(out)
+    finally: os.close(fd)
+
+def read_beneath(workspace: Path | str, rel: str, max_bytes: int = MAX_FILE_BYTES) -> str:
+    "The UTF-8 text of `rel` as stored (no newline translation), through `read_bytes_beneath`; `UnicodeDecodeError` if not UTF-8."
+    return read_bytes_beneath(workspace, rel, max_bytes).decode("utf-8")
+
+def _encode(text: str, rel: str) -> bytes:
+    try: return text.encode("utf-8")
+    except UnicodeEncodeError: raise C2Error(f"cannot write {printable(rel)}: the text is not valid UTF-8 (lone surrogates)") from None
+
+def _write_all(fd: int, data: bytes):
+    view = memoryview(data)
+    while view: view = view[os.write(fd, view):]
 
 def write_beneath(workspace: Path | str, rel: str, text: str, make_parents: bool = True) -> None:
-    "Write `text` to `rel` through `open_beneath` (parents created; new files belong to the sandbox user)."
-    fd = open_beneath(workspace, rel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, make_parents=make_parents)
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f: f.write(text)
+    "Write `text` to the regular file `rel` through `open_beneath` (parents created; new files belong to the sandbox user)."
+    data = _encode(text, rel)
+    fd = open_beneath(workspace, rel, os.O_WRONLY | os.O_CREAT, make_parents=make_parents)   # no O_TRUNC before the check
+    try:
+        _regular(fd, rel)
+        os.ftruncate(fd, 0); _write_all(fd, data)
+    finally: os.close(fd)
+
+def _remove_at(dfd: int, name: str):
+    "Remove `name` in directory `dfd` whatever it is, without following links (a directory tree by descriptor)."
+    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    if stat.S_ISDIR(st.st_mode): shutil.rmtree(name, dir_fd=dfd)
+    else: os.unlink(name, dir_fd=dfd)
+
+def remove_beneath(workspace: Path | str, rel: str) -> bool:
+    "Remove `rel` (file, link or directory tree; links are removed, not followed); True if something was removed."
+    parts = _parts(_relative(rel))
+    if not parts or ".." in parts: raise C2Error(f"cannot remove {printable(rel)!r}")
+    parent = "/".join(parts[:-1]) or "."
+    try: dfd = open_beneath(workspace, parent, os.O_RDONLY | os.O_DIRECTORY)
+    except (FileNotFoundError, NotADirectoryError): return False
+    try:
+        _remove_at(dfd, parts[-1]); return True
+    except FileNotFoundError: return False
+    finally: os.close(dfd)
+
+def replace_beneath(workspace: Path | str, rel: str, text: str) -> None:
+    """Make `rel` a fresh regular file holding `text`: every directory on the way is made a real directory (a link, file
+    or FIFO in the way is removed) and whatever stood at `rel` itself is removed first. What the judge restores tests with."""
+    data = _encode(text, rel)
+    parts = _parts(_relative(rel))
+    if not parts or ".." in parts: raise C2Error(f"cannot restore {printable(rel)!r}")
+    fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parts[:-1]:
+            try: st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError: st = None
+            if st is not None and not stat.S_ISDIR(st.st_mode): _remove_at(fd, name); st = None
+            if st is None: os.mkdir(name, 0o755, dir_fd=fd); _own(name, fd)
+            nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd); fd = nfd
+        try: _remove_at(fd, parts[-1])
+        except FileNotFoundError: pass
+        out = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=fd)
+        try: _own_fd(out); _write_all(out, data)
+        finally: os.close(out)
+    finally: os.close(fd)
+
+def list_beneath(workspace: Path | str, rel: str = ".", suffixes: tuple[str, ...] | None = None, max_bytes: int | None = MAX_FILE_BYTES,
+                 max_files: int = MAX_LIST_FILES, hidden: bool = False) -> list[str]:
+    """Workspace-relative paths of the regular files under directory `rel` (ending in `suffixes`, at most `max_bytes` each),
+    sorted; walked by descriptor (links never followed), hidden and `__pycache__` directories skipped unless `hidden`;
+    at most `max_files` (the walk stops there)."""
+    base = "/".join(_parts(_relative(rel)))
+    dfd = open_beneath(workspace, rel, os.O_RDONLY | os.O_DIRECTORY)
+    out = []
+    try:
+        for top, dirs, names, tfd in os.fwalk(".", dir_fd=dfd, follow_symlinks=False):
+            dirs[:] = sorted(d for d in dirs if hidden or (not d.startswith(".") and d != "__pycache__"))
+            for n in sorted(names):
+                if (suffixes and not n.endswith(suffixes)) or (not hidden and n.startswith(".c2-")): continue
+                try: st = os.stat(n, dir_fd=tfd, follow_symlinks=False)
+                except OSError: continue
+                if not stat.S_ISREG(st.st_mode) or (max_bytes is not None and st.st_size > max_bytes): continue
+                p = n if top == "." else f"{top[2:]}/{n}"
+                out.append(f"{base}/{p}" if base else p)
+                if len(out) >= max_files: return sorted(out)
+    finally: os.close(dfd)
+    return sorted(out)
 
 # %% ../nbs/12_sandbox.ipynb #12c016
 _ROOT_LOCK, _DEFAULT_ROOT = threading.Lock(), {}
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_PRIVATE, _MNT_DETACH = 1, 2, 4, 32, 4096, 1 << 18, 2
+
+def _mount(src: str | None, target: str | Path, fstype: str | None, flags: int, data: str | None = None):
+    enc = lambda s: None if s is None else os.fsencode(str(s))
+    if _LIBC.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        e = ctypes.get_errno(); raise OSError(e, os.strerror(e), str(target))
+
+def _umount(target: str | Path) -> bool:
+    return _LIBC.umount2(os.fsencode(str(target)), _MNT_DETACH) == 0
+
+def _mounts_under(d: Path | str) -> list[str]:
+    "Mount points at or below `d` (deepest first), from /proc/self/mountinfo."
+    d, out = str(d).rstrip("/"), []
+    try: lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError: return []
+    for l in lines:
+        mp = l.split()[4].encode().decode("unicode_escape")   # octal escapes (\040) of the kernel
+        if mp == d or mp.startswith(d + "/"): out.append(mp)
+    return sorted(out, key=len, reverse=True)
+
+def _rmtree_mounted(d: Path | str) -> bool:
+    """Remove `d`, detaching whatever is mounted at or below it first (a tmpfs is freed once the last sandbox using it
+    is gone). Never deletes through a mount: if one cannot be detached, `d` is left alone (False)."""
+    for mp in _mounts_under(d): _umount(mp)
+    if _mounts_under(d): return False
+    shutil.rmtree(d, ignore_errors=True)
+    return True
+
+_CG_CONTROLLERS = ("memory", "pids")
+_CG_PREFIX = "c2-sandbox-"
+
+def _own_cgroup(controller: str) -> str:
+    "This process's cgroup path in the v1 hierarchy of `controller` ('' when none)."
+    try:
+        for l in Path("/proc/self/cgroup").read_text().splitlines():
+            _, ctrls, path = l.split(":", 2)
+            if controller in ctrls.split(","): return path
+    except (OSError, ValueError): pass
+    return ""
+
+def _rmdir_cgroup(d: Path, tries: int = 50) -> bool:
+    "rmdir a cgroup (children first); the kernel may take a moment to release a group whose last task just died."
+    for sub in sorted((p for p in d.iterdir() if p.is_dir()), reverse=True) if d.is_dir() else []: _rmdir_cgroup(sub, tries)
+    for i in range(tries):
+        try: d.rmdir(); return True
+        except FileNotFoundError: return True
+        except OSError: time.sleep(0.002 * (i + 1))
+    return False
+
+def _sweep_cgroups():
+    "Remove the cgroups of processes of ours that are gone."
+    if not _AS_ROOT: return
+    for c in _CG_CONTROLLERS:
+        mnt = Path("/sys/fs/cgroup") / c
+        for depth in range(4):   # ours may sit under the cgroup of another process of ours: look a few levels down
+            try: stale = [d for d in mnt.glob("*/" * depth + f"{_CG_PREFIX}*") if not os.path.exists(f"/proc/{d.name[len(_CG_PREFIX):]}")]
+            except OSError: continue
+            for d in stale: _rmdir_cgroup(d, tries=3)
 
 def give_to_sandbox(workspace: Path | str) -> None:
     "Make everything in `workspace` belong to the sandbox user (no-op unless we are root); symlink-safe (fwalk)."
@@ -126,10 +295,11 @@ def give_to_sandbox(workspace: Path | str) -> None:
             except FileNotFoundError: pass   # removed meanwhile by a running command
 
 def _sweep_stale():
-    "Remove temp dirs left by processes of ours that died without running atexit (SIGKILL, SIGTERM)."
+    "Remove temp dirs (and their mounts) left by processes of ours that died without running atexit (SIGKILL, SIGTERM)."
     for d in Path(tempfile.gettempdir()).glob("c2-*"):
         m = re.match(r"c2-(?:workspaces|sandbox-host)-(\d+)-", d.name)
-        if m and not os.path.exists(f"/proc/{m[1]}"): shutil.rmtree(d, ignore_errors=True)
+        if m and not os.path.exists(f"/proc/{m[1]}"): _rmtree_mounted(d)
+    _sweep_cgroups()
 
 def default_root() -> Path:
     "This process's workspace root: a fresh temp directory (mode 711: the sandbox user can cross it, not list it), removed at exit."
@@ -139,7 +309,7 @@ def default_root() -> Path:
             _sweep_stale()
             d = Path(tempfile.mkdtemp(prefix=f"c2-workspaces-{pid}-"))
             d.chmod(0o711)
-            atexit.register(lambda: os.getpid() == pid and shutil.rmtree(d, ignore_errors=True))
+            atexit.register(lambda: os.getpid() == pid and _rmtree_mounted(d))
             _DEFAULT_ROOT[pid] = d
     return _DEFAULT_ROOT[pid]
 
@@ -156,59 +326,150 @@ def _write_files(ws: Path, files: dict[str, str]):
                 except FileExistsError: pass
                 made.add(sub)
         fd = os.open(ws / "/".join(parts), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f: f.write(text)
+        try: _write_all(fd, _encode(text, rel))
+        finally: os.close(fd)
 
-def make_workspace(src: Path | str | dict[str, str], root: Path | str | None = None) -> Path:
-    "A fresh private copy of directory `src` (or of the files `{relative path: text}`) under `root`; returns its path."
+def _mount_workspace(ws: Path, limits: SandboxConfig) -> bool:
+    "Mount a tmpfs of `limits.workspace_mb` / `workspace_inodes` on `ws` (root only); False when not possible here."
+    if not _AS_ROOT or limits.workspace_mb <= 0: return False
+    try:
+        _mount("c2-workspace", ws, "tmpfs", _MS_NOSUID | _MS_NODEV,
+               f"size={limits.workspace_mb}m,nr_inodes={limits.workspace_inodes},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_UID}")
+    except OSError: return False   # no CAP_SYS_ADMIN (a container): a plain directory
+    try: _mount(None, ws, None, _MS_PRIVATE)   # never propagated to other mount namespaces
+    except OSError: pass
+    return True
+
+def make_workspace(src: Path | str | dict[str, str], root: Path | str | None = None, limits: SandboxConfig | None = None) -> Path:
+    """A fresh private copy of directory `src` (or of the files `{relative path: text}`) under `root`; returns its path.
+    As root it is a tmpfs capped by `limits.workspace_mb` and `limits.workspace_inodes` (default `SandboxConfig()`)."""
     root = Path(root) if root else default_root()
     root.mkdir(parents=True, exist_ok=True)
     ws = Path(tempfile.mkdtemp(prefix="ws-", dir=root))
     try:
+        _mount_workspace(ws, limits or SandboxConfig())
         if isinstance(src, dict): _write_files(ws, src)
         else:
             if not Path(src).is_dir(): raise C2Error(f"workspace source {src} is not a directory")
             shutil.copytree(src, ws, symlinks=True, dirs_exist_ok=True)
         give_to_sandbox(ws)
+    except OSError as e:
+        _rmtree_mounted(ws)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT): raise C2Error(f"the task does not fit in a workspace (workspace_mb / workspace_inodes): {e}") from None
+        raise
     except BaseException:
-        shutil.rmtree(ws, ignore_errors=True); raise
+        _rmtree_mounted(ws); raise
     return ws
 
+def workspace_is_capped(path: Path | str) -> bool:
+    "True when `path` is a workspace with its own capped tmpfs (see `make_workspace`)."
+    return os.path.ismount(path)
+
 def remove_workspace(path: Path | str) -> None:
-    "Delete a workspace made by `make_workspace` (idempotent; never follows symlinks out of it)."
+    "Delete a workspace made by `make_workspace` (idempotent; never follows symlinks out of it; unmounts its tmpfs)."
     p = Path(path)
     if not p.name.startswith("ws-"): raise C2Error(f"{p} is not a workspace made by make_workspace")
-    shutil.rmtree(p, ignore_errors=not p.exists())
+    if not p.exists() and not p.is_symlink(): return
+    _rmtree_mounted(p)
+    if p.exists(): shutil.rmtree(p)   # what is left is an error worth seeing
 
 # %% ../nbs/12_sandbox.ipynb #12c019
 _ETC_COPY = ["ld.so.cache", "ld.so.conf", "ld.so.conf.d", "protocols", "services", "mime.types", "localtime"]
-_SPAWN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}   # for nsenter/bwrap themselves: no host secrets
+_SPAWN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}   # for setpriv/bwrap themselves: no host secrets
+# what a sandboxed command may not call (EPERM): the kernel keyrings (shared by every process of a uid: a channel between
+# sandboxes), io_uring, tracing and other processes' memory, BPF, userfaultfd, perf, every mount and namespace call,
+# modules, kexec, reboot, swap, accounting, clock setting, handle-based opens
+SECCOMP_DENY = ("keyctl", "add_key", "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register", "ptrace",
+                "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "bpf", "userfaultfd", "perf_event_open",
+                "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
+                "mount_setattr", "unshare", "setns", "init_module", "finit_module", "delete_module", "kexec_load",
+                "kexec_file_load", "reboot", "swapon", "swapoff", "acct", "quotactl", "quotactl_fd", "syslog", "settimeofday",
+                "clock_settime", "clock_adjtime", "adjtimex", "open_by_handle_at", "name_to_handle_at", "lookup_dcookie",
+                "fanotify_init", "vhangup", "iopl", "ioperm", "modify_ldt", "uselib", "personality")
+
+def seccomp_program(deny: Iterable[str] = SECCOMP_DENY) -> bytes:
+    """The compiled BPF program (what `bwrap --seccomp FD` loads) that makes the `deny` system calls fail with EPERM on this
+    architecture (other architectures' calls, x32 included, kill the process). Needs libseccomp (PyPI `pyseccomp`)."""
+    try: import pyseccomp as sc
+    except (ImportError, RuntimeError, OSError) as e:
+        raise SandboxUnavailable(f"the seccomp filter needs libseccomp and pyseccomp ({e}): apt-get install libseccomp2; "
+                                 "pip install pyseccomp (or sandbox.seccomp=false)") from None
+    f = sc.SyscallFilter(sc.ALLOW)
+    for name in deny:
+        try: f.add_rule(sc.ERRNO(errno.EPERM), name)
+        except (OSError, ValueError, RuntimeError): pass   # not a system call on this architecture
+    with tempfile.TemporaryFile() as t:
+        f.export_bpf(t); t.seek(0)
+        return t.read()
+
+def _cgroup_parents() -> dict[str, Path] | None:
+    """{controller: a fresh directory of ours} in the cgroup v1 memory and pids hierarchies, under this process's own
+    cgroups (or the roots), when both are writable (root); None otherwise (cgroup v2 without delegation, no root)."""
+    if not _AS_ROOT: return None
+    out = {}
+    for c in _CG_CONTROLLERS:
+        mnt = Path("/sys/fs/cgroup") / c
+        if not (mnt / "cgroup.procs").is_file() or not (mnt / ("memory.limit_in_bytes" if c == "memory" else "cgroup.clone_children")).exists():
+            return None
+        for base in [mnt / _own_cgroup(c).lstrip("/"), mnt]:
+            d = base / f"{_CG_PREFIX}{os.getpid()}"
+            try:
+                d.mkdir(exist_ok=True)
+                if c == "pids" and not (d / "pids.max").exists(): raise OSError("no pids.max")
+                out[c] = d; break
+            except OSError: continue
+        else: return None
+    return out
 
 class _Host:
-    "Per-process state every sandbox shares: tool paths, the helper mount namespace, the synthetic /etc."
+    "Per-process state every sandbox shares: tool paths, the interpreter's mount, cgroup parents, the seccomp program, the synthetic /etc."
     def __init__(self):
         self.pid, self.bwrap = os.getpid(), bwrap_path()
         self.dash = next((p for p in ["/usr/bin/dash", "/bin/dash"] if os.access(p, os.X_OK)), None)   # else prlimit + sh
         _sweep_stale()
         self.dir = Path(tempfile.mkdtemp(prefix=f"c2-sandbox-host-{self.pid}-")); self.dir.chmod(0o755)
-        self.helper = None
+        self.mounted, self.cgroups, self._seccomp = None, None, None
         atexit.register(self.close)
         self._write_etc()
         (self.dir / "empty").mkdir()
-        self.python_src = sys.base_prefix
+        self.python_src, self.launcher = sys.base_prefix, [self.bwrap]
         if _AS_ROOT:
-            (self.dir / "python").mkdir()
-            # the helper waits on a pipe only this process holds: it exits with us, however we die
-            self.helper = subprocess.Popen(
-                [_need("unshare"), "--mount", "--propagation", "slave", "--", "/bin/sh", "-c",
-                 'mount --bind -o ro "$0" "$1" && echo ready && read _', sys.base_prefix, str(self.dir / "python")],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_SPAWN_ENV)
-            if self.helper.stdout.readline().strip() != b"ready":
-                raise SandboxUnavailable(f"cannot prepare the sandbox mount namespace: {self.helper.stderr.read().decode().strip()}")
-            self.python_src = str(self.dir / "python")
-            self.launcher = [_need("nsenter"), f"--mount=/proc/{self.helper.pid}/ns/mnt",
-                             f"--setuid={SANDBOX_UID}", f"--setgid={SANDBOX_UID}", "--", self.bwrap]
-        else:
-            self.launcher = [self.bwrap]
+            # the interpreter lives under /root (mode 700): bind it read-only onto a directory the sandbox user can reach
+            p = self.dir / "python"; p.mkdir()
+            try:
+                _mount(sys.base_prefix, p, None, _MS_BIND)
+                self.mounted = p
+                _mount(None, p, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+                _mount(None, p, None, _MS_PRIVATE)
+            except OSError as e:
+                self.close(); raise SandboxUnavailable(f"cannot bind-mount the interpreter for the sandbox: {e}") from None
+            self.python_src = str(p)
+            # run as SANDBOX_UID from the start: setpriv drops uid, gid and supplementary groups before bwrap starts
+            self.launcher = [_need("setpriv"), f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--", self.bwrap]
+            self.cgroups = _cgroup_parents()
+        self._run_ids = itertools.count()
+
+    def seccomp(self) -> bytes:
+        "The compiled seccomp program, built on first use."
+        if self._seccomp is None: self._seccomp = seccomp_program()
+        return self._seccomp
+
+    def new_cgroups(self, limits: SandboxConfig) -> list[Path]:
+        "Fresh memory and pids cgroups for one command, with its limits ([] without cgroups)."
+        if not self.cgroups or not limits.cgroup: return []
+        name, made = f"r{next(self._run_ids)}", []
+        try:
+            for c, parent in self.cgroups.items():
+                d = parent / name; d.mkdir(); made.append(d)
+                if c == "memory":
+                    (d / "memory.limit_in_bytes").write_text(str(limits.memory_mb << 20))
+                    if (d / "memory.memsw.limit_in_bytes").exists():   # swap included, where swap accounting is on
+                        (d / "memory.memsw.limit_in_bytes").write_text(str(limits.memory_mb << 20))
+                else: (d / "pids.max").write_text(str(limits.max_processes + 2))   # + setpriv's bwrap monitor and pid 1
+            return made
+        except OSError:
+            for d in made: _rmdir_cgroup(d, tries=3)
+            return []
 
     def _write_etc(self):
         etc = self.dir / "etc"; etc.mkdir()
@@ -228,16 +489,21 @@ class _Host:
 
     def close(self):
         if os.getpid() != self.pid: return
-        if self.helper is not None and self.helper.poll() is None:
-            self.helper.stdin.close(); self.helper.wait(5)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self.cgroups:
+            for d in self.cgroups.values(): _rmdir_cgroup(d, tries=5)
+        _rmtree_mounted(self.dir)
 
-    def alive(self) -> bool: return self.helper is None or self.helper.poll() is None
+    def alive(self) -> bool:
+        "The interpreter's mount is still in place (None: no mount needed)."
+        if self.mounted is None: return True
+        try: a, b = os.stat(self.mounted), os.stat(sys.base_prefix)
+        except OSError: return False
+        return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 _HOST, _HOST_LOCK = {}, threading.RLock()   # re-entered by the self-check
 
 def _host() -> _Host:
-    "This process's `_Host`, built on first use and rebuilt if its helper namespace died."
+    "This process's `_Host`, built on first use and rebuilt if its interpreter mount is gone."
     pid = os.getpid()
     with _HOST_LOCK:
         if pid in _HOST and not _HOST[pid].alive(): _HOST.pop(pid).close()
@@ -251,18 +517,48 @@ def _host() -> _Host:
 def _self_check():
     ws = make_workspace({})
     try:
+        _HOST[os.getpid()].tmpfs = workspace_is_capped(ws)
         r = Sandbox(ws, SandboxConfig(timeout=30)).run(["true"])
         if r.returncode != 0: raise SandboxUnavailable(f"bubblewrap cannot create a sandbox here: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
     finally: remove_workspace(ws)
 
+def sandbox_limits() -> dict:
+    "Which whole-sandbox limits this machine gives (building the host state on first use): what the README's table describes."
+    h = _host()
+    try: seccomp = bool(h.seccomp())
+    except SandboxUnavailable: seccomp = False
+    return {"root": _AS_ROOT, "workspace_tmpfs": bool(getattr(h, "tmpfs", False)), "seccomp": seccomp,
+            "cgroups": {c: str(p) for c, p in (h.cgroups or {}).items()}, "rlimits": ["cpu", "as", "nproc", "fsize", "nofile", "core"]}
+
 # %% ../nbs/12_sandbox.ipynb #12c021
 OUTPUT_KILL_BYTES = 64 << 20   # per stream: past this, the command is killed (killed_by="output")
+STDIN_PIPE_BYTES = 1 << 16    # stdin up to this size goes through a pipe (read once), larger through a memfd
 # pid 1 of the sandbox: sets the rlimits (dash's ulimit: -p is RLIMIT_NPROC, -v RLIMIT_AS in KiB, -f in 512-byte
-# blocks), runs the command as its child (stdin passed on: an async list would get /dev/null), reaps orphans while it
-# waits, and exits with the command's status; its exit makes the kernel kill whatever is left in the namespace.
-_RUN = 'exec 3<&0; "$@" <&3 3<&- & exec 3<&-; wait $!'
-_LIMITS = ('ulimit -c 0 && ulimit -v {as_kb} && ulimit -p {nproc} && ulimit -f {fsize_blocks} && ulimit -S -t {cpu} && '
-           'ulimit -H -t {cpu_hard} || {{ echo "sandbox: cannot set resource limits" >&2; exit 125; }}; ')
+# blocks, -n RLIMIT_NOFILE), runs the command as its child (stdin passed on: an async list would get /dev/null), reaps
+# orphans while it waits, and exits with the command's status; its exit makes the kernel kill whatever is left in the namespace.
+_RUN = 'exec 3<&0 0</dev/null; "$@" <&3 3<&- & exec 3<&-; wait $!'
+_LIMITS = ('ulimit -c 0 && ulimit -v {as_kb} && ulimit -p {nproc} && ulimit -f {fsize_blocks} && ulimit -n {nofile} && '
+           'ulimit -S -t {cpu} && ulimit -H -t {cpu_hard} || {{ echo "sandbox: cannot set resource limits" >&2; exit 125; }}; ')
+# run as root before setpriv: put this process (and so all the command's) into the command's cgroups
+_JOIN = 'for f in "$@"; do shift; [ "$f" = -- ] && exec "$@"; echo $$ >"$f" || exit 125; done; exit 125'
+
+def _check_command(cmd: Sequence[str], stdin) -> bytes | None:
+    "`C2Error` for arguments the kernel cannot take (NUL, lone surrogates); stdin as bytes."
+    for c in cmd:
+        if "\0" in c: raise C2Error("bad command: it contains a NUL character")
+        try: os.fsencode(c)
+        except UnicodeEncodeError: raise C2Error("bad command: it is not valid text (lone surrogates)") from None
+    if stdin is None or isinstance(stdin, bytes): return stdin
+    try: return stdin.encode("utf-8")
+    except UnicodeEncodeError: raise C2Error("bad stdin: not valid text (lone surrogates)") from None
+
+def _oom_kills(cgroups: list[Path]) -> int:
+    for d in cgroups:
+        try:
+            for l in (d / "memory.oom_control").read_text().splitlines():
+                if l.startswith("oom_kill "): return int(l.split()[1])
+        except (OSError, ValueError): pass
+    return 0
 _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
 
 @dataclass
@@ -346,6 +642,7 @@ class Sandbox:
         site = sysconfig.get_path("purelib", vars={"base": py, "platbase": py})
         if site and os.path.isdir(site) and site.startswith(py + "/"): a += ["--ro-bind", str(h.dir / "empty"), site]
         tmp = str(L.tmp_mb << 20)
+        if L.seccomp: a += ["--seccomp", "SECCOMP_FD"]
         a += ["--proc", "/proc", "--dev", "/dev", "--size", tmp, "--tmpfs", "/dev/shm", "--size", tmp, "--tmpfs", "/tmp",
               "--bind", str(self.workspace), SANDBOX_WS, "--chdir", SANDBOX_WS, "--remount-ro", "/dev", "--remount-ro", "/",
               "--clearenv", "--setenv", "PATH", f"{py}/bin:/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", SANDBOX_WS,
@@ -353,46 +650,75 @@ class Sandbox:
               "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONNOUSERSITE", "1", "--as-pid-1", "--info-fd", "INFO_FD", "--"]
         if h.dash:   # limits set by pid 1 itself: one exec less than prlimit (they must be set inside: see the intro)
             a += [h.dash, "-c", _LIMITS.format(as_kb=L.memory_mb << 10, nproc=L.max_processes, fsize_blocks=L.file_size_mb << 11,
-                                                cpu=L.cpu_seconds, cpu_hard=L.cpu_seconds + 1) + _RUN, "sandbox"]
+                                                nofile=L.max_open_files, cpu=L.cpu_seconds, cpu_hard=L.cpu_seconds + 1) + _RUN, "sandbox"]
         else:
             a += [_need("prlimit"), f"--cpu={L.cpu_seconds}:{L.cpu_seconds + 1}", f"--as={L.memory_mb << 20}", f"--nproc={L.max_processes}",
-                  f"--fsize={L.file_size_mb << 20}", "--core=0", "--", "/bin/sh", "-c", _RUN, "sandbox"]
+                  f"--fsize={L.file_size_mb << 20}", f"--nofile={L.max_open_files}", "--core=0", "--", "/bin/sh", "-c", _RUN, "sandbox"]
         self._info_at = a.index("INFO_FD")
+        self._seccomp_at = a.index("SECCOMP_FD") if L.seccomp else None
         return a
 
-    def run(self, cmd: str | Sequence[str], timeout: float | None = None, stdin: str | None = None) -> RunResult:
-        "Run `cmd` (a str runs under `bash -c`) and return its `RunResult`; when this returns, nothing it started is alive."
+    def _stdin_fd(self, data: bytes | None) -> int:
+        if data is None: return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        if len(data) <= STDIN_PIPE_BYTES:   # a pipe: once the command has read it, nothing else in the sandbox can
+            r, w = os.pipe2(os.O_CLOEXEC)
+            try:   # written whole before the start, so it must fit the pipe's buffer (else: a memfd)
+                if fcntl.fcntl(w, fcntl.F_GETPIPE_SZ) >= len(data) or fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, len(data)) >= len(data):
+                    _write_all(w, data); os.close(w)
+                    return r
+            except OSError: pass
+            os.close(r); os.close(w)
+        fd = os.memfd_create("c2-stdin", os.MFD_CLOEXEC)
+        _write_all(fd, data); os.lseek(fd, 0, os.SEEK_SET)
+        return fd
+
+    def run(self, cmd: str | Sequence[str], timeout: float | None = None, stdin: str | bytes | None = None) -> RunResult:
+        """Run `cmd` (a str runs under `bash -c`) and return its `RunResult`; when this returns, nothing it started is alive.
+        `C2Error` for a command the kernel cannot take (NUL, lone surrogates)."""
         if isinstance(cmd, str): cmd = ["bash", "-c", cmd]
         elif not cmd or not all(isinstance(c, str) for c in cmd): raise C2Error(f"bad command {cmd!r}: a string or a list of strings")
+        data = _check_command(cmd, stdin)
         timeout = self.limits.timeout if timeout is None else timeout
         if not timeout > 0: raise C2Error(f"timeout must be > 0 seconds, got {timeout}")
         if not self.workspace.is_dir(): raise C2Error(f"workspace {self.workspace} no longer exists")
-        if not self.host.alive() or self.host.pid != os.getpid():   # helper gone, or we were forked: start afresh
+        if not self.host.alive() or self.host.pid != os.getpid():   # host state gone, or we were forked: start afresh
             self.host = _host(); self._argv = self._build_argv()
         give_to_sandbox(self.workspace)                   # files written by host-side tools since the last run
-        if stdin is None: in_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        else:
-            in_fd = os.memfd_create("c2-stdin", os.MFD_CLOEXEC)
-            os.write(in_fd, stdin.encode("utf-8")); os.lseek(in_fd, 0, os.SEEK_SET)
-        (out_r, out_w), (err_r, err_w), (info_r, info_w) = os.pipe(), os.pipe(), os.pipe()
-        argv = self._argv + list(cmd)
-        argv[self._info_at] = str(info_w)
+        fds = {}
+        try:
+            fds["in"] = self._stdin_fd(data)
+            (fds["out_r"], fds["out_w"]), (fds["err_r"], fds["err_w"]), (fds["info_r"], fds["info_w"]) = os.pipe(), os.pipe(), os.pipe()
+            argv = self._argv + list(cmd)
+            argv[self._info_at] = str(fds["info_w"])
+            if self._seccomp_at is not None:              # bwrap reads the filter from a pipe and closes it
+                fds["sc_r"], sc_w = os.pipe()
+                try: _write_all(sc_w, self.host.seccomp())
+                finally: os.close(sc_w)
+                argv[self._seccomp_at] = str(fds["sc_r"])
+            cgroups = self.host.new_cgroups(self.limits)
+            if cgroups: argv = [self.host.dash or "/bin/sh", "-c", _JOIN, "c2-join", *[str(d / "cgroup.procs") for d in cgroups], "--", *argv]
+        except BaseException:
+            for fd in fds.values(): os.close(fd)
+            raise
         t0 = time.monotonic()
         try:   # close_fds: the sandbox must not inherit any descriptor of ours (a socket would be a way out)
-            proc = subprocess.Popen(argv, stdin=in_fd, stdout=out_w, stderr=err_w, pass_fds=(info_w,), close_fds=True,
+            proc = subprocess.Popen(argv, stdin=fds["in"], stdout=fds["out_w"], stderr=fds["err_w"],
+                                    pass_fds=tuple(fds[k] for k in ("info_w", "sc_r") if k in fds), close_fds=True,
                                     env=_SPAWN_ENV, start_new_session=True)
         except BaseException:
-            for fd in (out_r, err_r, info_r): os.close(fd)
+            for fd in fds.values(): os.close(fd)
+            for d in cgroups: _rmdir_cgroup(d, tries=3)
             raise
+        for k in ("in", "out_w", "err_w", "info_w", "sc_r"):
+            if k in fds: os.close(fds.pop(k))
+        try: return self._watch(proc, fds["out_r"], fds["err_r"], fds["info_r"], t0, timeout, cgroups)
         finally:
-            for fd in (in_fd, out_w, err_w, info_w): os.close(fd)
-        try: return self._watch(proc, out_r, err_r, info_r, t0, timeout)
-        finally:
-            for fd in (out_r, err_r, info_r):
+            for fd in fds.values():
                 try: os.close(fd)
                 except OSError: pass
+            for d in cgroups: _rmdir_cgroup(d)
 
-    def _watch(self, proc, out_r, err_r, info_r, t0, timeout) -> RunResult:
+    def _watch(self, proc, out_r, err_r, info_r, t0, timeout, cgroups=()) -> RunResult:
         pid = proc.pid
         cap = 4 * self.limits.max_output                 # bytes kept per end: enough for max_output characters
         caps = {out_r: _Capture(cap), err_r: _Capture(cap)}
@@ -445,6 +771,7 @@ class Sandbox:
         if killed_by is None:
             killed_by = _signal_name(rc)
             if killed_by is None and rc != 0 and any(m in stderr for m in _MEMORY_MARKERS): killed_by = "memory"
+        if _oom_kills(cgroups) and killed_by in (None, "SIGKILL"): killed_by = "memory"   # the cgroup's OOM killer struck
         return RunResult(rc, stdout, stderr, killed_by == "timeout", killed_by, wall, ru.ru_utime + ru.ru_stime, t1 or t2)
 
     @staticmethod

@@ -4,17 +4,18 @@
 
 # %% ../nbs/14_tasks.ipynb #14c003
 from __future__ import annotations
-import dataclasses, difflib, hashlib, json, math, random, re, statistics, time
+import dataclasses, difflib, hashlib, hmac, json, math, os, random, re, secrets, statistics, threading, time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 from .config import C2Error, Config, TasksConfig
 
 # %% auto #0
-__all__ = ['TASK_FORMAT', 'BUG_KINDS', 'TEMPLATES', 'CHARS_PER_TOKEN', 'Task', 'estimate_tokens', 'lines_changed',
-           'synthetic_suite', 'long_horizon_suite', 'file_edits', 'edit_calls', 'OraclePolicy', 'RandomPolicy',
-           'load_suite', 'find_task', 'task_diff', 'suite_stats', 'protected_files', 'judge', 'run_tests',
-           'read_workspace', 'Episode', 'run_episode', 'run_episodes', 'oracle_transcripts']
+__all__ = ['TASK_FORMAT', 'BUG_KINDS', 'TEMPLATES', 'CHARS_PER_TOKEN', 'DIFF_MAX_LINES', 'JUDGE_RUNNER', 'Task',
+           'estimate_tokens', 'lines_changed', 'synthetic_suite', 'long_horizon_suite', 'file_edits', 'edit_calls',
+           'OraclePolicy', 'RandomPolicy', 'load_suite', 'find_task', 'task_diff', 'suite_stats', 'protected_files',
+           'judge_spec', 'Verdict', 'expected_tests', 'judge', 'run_tests', 'read_workspace', 'Episode', 'run_episode',
+           'run_episodes', 'oracle_transcripts']
 
 # %% ../nbs/14_tasks.ipynb #14c005
 TASK_FORMAT = 1  # bump when the meaning of a stored task's fields changes
@@ -215,13 +216,27 @@ def _split_of(h: str) -> str:
     "The split a repository belongs to, from its content hash: disjoint splits whatever the seeds."
     return "eval" if int(h[:8], 16) % 5 == 0 else "train"
 
+DIFF_MAX_LINES = 20_000   # past this many differing lines in one file, lines_changed and task_diff do not run difflib
+
+def _trim(a: list[str], b: list[str]) -> tuple[list[str], list[str]]:
+    "`a` and `b` without their common first and last lines."
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]: i += 1
+    j = 0
+    while j < min(len(a), len(b)) - i and a[-1 - j] == b[-1 - j]: j += 1
+    return a[i:len(a) - j], b[i:len(b) - j]
+
 def lines_changed(files: dict[str, str], new: dict[str, str], overlay: bool = True) -> int:
-    "Lines changed from `files` to `new` (a solution overlay, or with `overlay=False` a whole repository): per hunk, the larger of removed and added."
+    """Lines changed from `files` to `new` (a solution overlay, or with `overlay=False` a whole repository): per hunk, the
+    larger of removed and added. A file whose differing middle passes `DIFF_MAX_LINES` counts that whole middle (difflib is
+    quadratic: a workspace of huge files must not stall the host)."""
     n = 0
     for p in set(files) | set(new):
         a = files.get(p, "")
         b = new.get(p, a if overlay else "")
-        a, b = a.splitlines(), b.splitlines()
+        if a == b: continue
+        a, b = _trim(a.splitlines(), b.splitlines())
+        if len(a) + len(b) > DIFF_MAX_LINES: n += max(len(a), len(b)); continue
         for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
             if op != "equal": n += max(i2 - i1, j2 - j1)
     return n
@@ -474,7 +489,8 @@ def edit_calls(files: dict[str, str], solution: dict[str, str]) -> list[tuple[st
 # %% ../nbs/14_tasks.ipynb #14c023
 from . import rewards
 from .rewards import Effort, RewardBreakdown
-from .sandbox import RunResult, Sandbox, make_workspace, remove_workspace, write_beneath
+from .sandbox import (MAX_FILE_BYTES, SANDBOX_WS, RunResult, Sandbox, list_beneath, make_workspace, open_beneath, printable,
+                               read_beneath, read_bytes_beneath, remove_beneath, remove_workspace, replace_beneath)
 from .tools import SYSTEM_PROMPT, TOOLS, Toolbox, Transcript, format_tool_call
 
 def _read_calls(task: Task, paths: list[str], whole_lines: int = 150, margin: int = 8) -> list[tuple[str, dict]]:
@@ -558,13 +574,13 @@ class RandomPolicy:
             return r.choice([f"<|tool_call|>{{{self._text(2)}<|/tool_call|>", f'<|tool_call|>{{"name": "{r.choice(_WORDS)}", "arguments": {{}}}}<|/tool_call|>',
                              '<|tool_call|>{"name": "read_file", "arguments": {}}<|/tool_call|>', f"<|tool_call|>{self._text(3)}",
                              '<|tool_call|>{"name": "edit_file", "arguments": {"path": 7}}<|/tool_call|>', "<|/tool_call|>"])
-        files = sorted(p.relative_to(toolbox.workspace).as_posix() for p in toolbox.workspace.rglob("*") if p.is_file())
+        files = list_beneath(toolbox.workspace, ".", hidden=True)
         path = r.choice(files + ["nope.py"]) if files else "nope.py"
         name = r.choice(self.tools)
         if name == "read_file": args = {"path": path}
         elif name == "edit_file":
-            try: text = (toolbox.workspace / path).read_text()
-            except OSError: text = ""
+            try: text = read_beneath(toolbox.workspace, path)
+            except (C2Error, OSError, UnicodeDecodeError): text = ""
             i = r.randint(0, max(0, len(text) - 1))
             args = {"path": path, "search": text[i:i + r.randint(1, 12)] or self._text(1), "replace": self._text(r.randint(1, 3))}
         elif name == "write_file": args = {"path": r.choice([path, f"{r.choice(_WORDS)}.py"]), "content": self._text() + "\n"}
@@ -610,16 +626,23 @@ def find_task(cfg: Config, task_id: str) -> Task:
     except C2Error as e: why = f"; c2bench: {e}"
     raise C2Error(f"unknown task id {task_id!r} (synthetic: syn-SPLIT-N, long-horizon: lh-SPLIT-N, or a c2bench id{why})")
 
-def task_diff(files: dict[str, str], new: dict[str, str], overlay: bool = True) -> str:
-    "A unified diff from `files` to `new` (a solution overlay, or with `overlay=False` a whole repository)."
-    out = []
+def task_diff(files: dict[str, str], new: dict[str, str], overlay: bool = True, max_chars: int = 200_000) -> str:
+    """A unified diff from `files` to `new` (a solution overlay, or with `overlay=False` a whole repository), at most
+    `max_chars` long (then cut with a marker); a file too large to diff (`DIFF_MAX_LINES`) gets a one-line summary."""
+    out, size = [], 0
     for p in sorted(set(files) | set(new)):
         a = files.get(p)
         b = new.get(p, a if overlay else None)
-        if a != b:
-            out += difflib.unified_diff((a or "").splitlines(True), (b or "").splitlines(True),
-                                        "/dev/null" if a is None else f"a/{p}", "/dev/null" if b is None else f"b/{p}")
-    return "".join(l if l.endswith("\n") else l + "\n" for l in out)
+        if a == b: continue
+        old_name, new_name = "/dev/null" if a is None else f"a/{p}", "/dev/null" if b is None else f"b/{p}"
+        la, lb = (a or "").splitlines(True), (b or "").splitlines(True)
+        if len(la) + len(lb) > DIFF_MAX_LINES:
+            piece = f"--- {old_name}\n+++ {new_name}\n@@ too large to diff: {len(la)} -> {len(lb)} lines @@\n"
+        else: piece = "".join(l if l.endswith("\n") else l + "\n" for l in difflib.unified_diff(la, lb, old_name, new_name))
+        if size + len(piece) > max_chars:
+            out.append(piece[:max(0, max_chars - size)] + f"\n[... diff cut at {max_chars} characters ...]\n"); break
+        out.append(piece); size += len(piece)
+    return "".join(out)
 
 def suite_stats(tasks: list[Task], count_tokens: Callable[[str], int] | None = None) -> dict:
     "Size, kinds, prompt lengths (characters), lines changed, files and tokens per task, context needed."
@@ -647,26 +670,270 @@ def protected_files(task: Task) -> list[str]:
     return sorted(p for p, text in task.files.items() if task.solution.get(p, text) == text
                   and (any(part.startswith("test") for part in p.split("/")) or p in named))
 
-def judge(task: Task, workspace: Path | str, sandbox, timeout: float | None = None):
-    "Restore the protected files (symlink-safe) and run the task's tests in `sandbox`: the `RunResult`."
+def judge_spec(task: Task) -> dict:
+    """How the judge runs `task`'s tests: `{kind, tests, fresh, hashseed}`. `kind` is `unittest` (test modules named after
+    `-m unittest` in the test command: each test's outcome) or `scripts` (the `python3 X.py` scripts of the command, the
+    glob runner of long-horizon tasks expanded to its `test_*.py`: a script passes when it runs to its end); `fresh` are
+    the workspace's top-level module names (imported from the workspace even if the runner loaded a namesake).
+    `meta['judge']` overrides; `C2Error` for a test command that is neither."""
+    if "judge" in task.meta: spec = dict(task.meta["judge"])
+    elif m := re.search(r"-m\s+unittest\b(?:\s+-\S+)*((?:\s+[\w.]+)+)", task.test_cmd):
+        spec = {"kind": "unittest", "tests": m.group(1).split()}
+    else:
+        tests = []
+        for s in re.findall(r"\bpython3?(?:\s+-\S+)*\s+([\w./-]+\.py)\b", task.test_cmd):
+            if task.files.get(s) == _RUNNER: tests += sorted(p for p in task.files if re.fullmatch(r"test_[^/]*\.py", p))
+            else: tests.append(s)
+        if not tests: raise C2Error(f"cannot judge test command {task.test_cmd!r}: it runs neither `python3 -m unittest MODULE` "
+                                    "nor test scripts (set meta['judge'])")
+        spec = {"kind": "scripts", "tests": tests}
+    if spec.get("kind") not in ("unittest", "scripts") or not spec.get("tests"): raise C2Error(f"bad judge spec {spec!r}")
+    spec.setdefault("fresh", sorted({p.split("/")[0].removesuffix(".py") for p in task.files if p.endswith(".py") or "/" in p}))
+    spec.setdefault("hashseed", int(m.group(1)) if (m := re.search(r"PYTHONHASHSEED=(\d+)", task.test_cmd)) else 0)
+    return spec
+
+# The test runner: `python3 -P -s -B -c JUDGE_RUNNER` in the sandbox. It reads a fresh 32-byte key and the spec from a
+# pipe on stdin (read once: nothing else in the sandbox can read it again), creates the result file before any code of
+# the workspace is imported, runs the tests with its own recorder, and writes `blake2b-MAC(key) + outcomes` to it; only
+# the key's holder can write a result the judge accepts. It also reports what the code under test changed in the test
+# machinery (unittest's classes and modules, builtins, the recorder, the test classes, trace hooks).
+JUDGE_RUNNER = r'''import os, sys
+
+def _c2_judge():
+    # 1. before any code of the workspace exists in this process: the key (from the pipe on stdin, read once) and the spec
+    buf, n = bytearray(1 << 20), 0
+    while n < len(buf):
+        k = os.readv(0, [memoryview(buf)[n:]])
+        if not k: break
+        n += k
+    import hashlib, json, traceback, runpy, warnings, builtins
+    key = buf[:32]
+    mac = hashlib.blake2b(key=key, digest_size=32)
+    spec = json.loads(bytes(buf[32:n]))
+    key[:] = bytes(32); buf[:n] = bytes(n)
+    dn = os.open("/dev/null", os.O_RDONLY); os.dup2(dn, 0); os.close(dn)
+    root = spec["root"]
+    out = os.open(os.path.join(root, spec["result"]), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    write, pwrite, trunc, exit_, fmt = os.write, os.pwrite, os.ftruncate, os._exit, traceback.format_exception
+    import unittest, unittest.case, unittest.result, unittest.suite, unittest.loader, unittest.util
+
+    class Rec(unittest.TestResult):
+        def __init__(self):
+            super().__init__(); self.out, self.log = {}, []
+        def put(self, tid, v, err=None):
+            if self.out.get(tid) != "fail": self.out[tid] = v
+            if err is not None and len(self.log) < 8:
+                self.log.append(f"{v.upper()}: {tid}\n" + "".join(fmt(*err))[-1500:])
+        def addSuccess(self, t): self.put(t.id(), "pass")
+        def addFailure(self, t, err): self.put(t.id(), "fail", err)
+        def addError(self, t, err): self.put(t.id(), "fail", err)
+        def addSkip(self, t, why): self.put(t.id(), "skip")
+        def addExpectedFailure(self, t, err): self.put(t.id(), "pass")
+        def addUnexpectedSuccess(self, t): self.put(t.id(), "fail")
+        def addSubTest(self, t, sub, err):
+            if err is not None: self.put(t.id(), "fail", err)
+    rec = Rec()
+    # 2. what the code under test must leave alone: the test machinery's classes and modules, builtins, this recorder
+    watch = [unittest.case.TestCase, unittest.case._Outcome, unittest.result.TestResult, unittest.suite.TestSuite,
+             unittest.suite.BaseTestSuite, unittest.loader.TestLoader, unittest.case, unittest.result, unittest.suite,
+             unittest.loader, unittest.util, unittest, runpy, Rec, builtins]
+    snap = lambda objs: {(i, k): id(v) for i, o in enumerate(objs) for k, v in list(vars(o).items()) if callable(v)}
+    before = snap(watch)
+    mods = {m: id(sys.modules.get(m)) for m in ("unittest", "unittest.case", "unittest.result", "unittest.suite", "unittest.loader", "runpy", "builtins", "os")}
+    fresh = set(spec["fresh"])
+    for m in list(sys.modules):   # the workspace's own modules are imported from the workspace, not from what we loaded
+        if m.split(".")[0] in fresh: del sys.modules[m]
+    import importlib.machinery
+    finder, stdlib = importlib.machinery.PathFinder.find_spec, sys.stdlib_module_names
+    class Workspace:   # top-level imports from the workspace, first; a standard-library name only for the task's own modules
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if path is not None or "." in name or (name in stdlib and name not in fresh): return None
+            return finder(name, [root])
+        @staticmethod
+        def invalidate_caches(): pass
+    sys.meta_path.insert(0, Workspace); os.chdir(root)
+    loaded, patched = [], []
+    # 3. the tests
+    if spec["kind"] == "unittest":
+        warnings.simplefilter("default")   # as `python -m unittest` does
+        loader = unittest.TestLoader()
+        for name in spec["tests"]:
+            try: suite = loader.loadTestsFromName(name)
+            except BaseException as e: rec.put(name, "fail", (type(e), e, e.__traceback__)); continue
+            mod = sys.modules.get(name)
+            if mod is not None:
+                loaded.append(mod); loaded += [v for v in list(vars(mod).values()) if isinstance(v, type)]
+            tests_before = snap(loaded)
+            try: suite.run(rec)
+            except BaseException as e: rec.put(name, "fail", (type(e), e, e.__traceback__))
+            now = snap(loaded)
+            patched += sorted(f"{getattr(loaded[i], '__name__', i)}.{k}" for (i, k), v in tests_before.items() if now.get((i, k)) != v)
+    else:
+        import ast
+        def plain(v, depth=0):   # a value a test may compare: built-in types all the way down
+            t = type(v)
+            if t in (int, float, complex, str, bytes, bool, type(None)): return True
+            if t in (list, tuple, set, frozenset): return depth < 64 and all(plain(x, depth + 1) for x in v)
+            return t is dict and depth < 64 and all(plain(k, depth + 1) and plain(x, depth + 1) for k, x in v.items())
+        def eq(a, b):   # `assert a == b` of a test script: an object whose __eq__ says yes to anything is no answer
+            if not (plain(a) and plain(b)): raise AssertionError(f"compared a {type(a).__name__} with a {type(b).__name__}: not plain values")
+            return a == b
+        class Strict(ast.NodeTransformer):
+            def visit_Assert(self, n):
+                t = n.test
+                if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq):
+                    n.test = ast.Call(ast.Name("__c2_eq__", ast.Load()), [t.left, t.comparators[0]], [])
+                return n
+        for path in spec["tests"]:
+            full = os.path.join(root, path)
+            try:
+                with open(full, "rb") as f: tree = ast.parse(f.read(), full)
+                code = compile(ast.fix_missing_locations(Strict().visit(tree)), full, "exec", dont_inherit=True)
+                exec(code, {"__name__": "__main__", "__file__": full, "__builtins__": builtins, "__c2_eq__": eq})
+                rec.put(path, "pass")
+            except BaseException as e: rec.put(path, "fail", (type(e), e, e.__traceback__))   # SystemExit too: a test runs to its end
+    # 4. the result, authenticated: only this process holds the key
+    now = snap(watch)
+    changed = sorted(f"{getattr(watch[i], '__name__', i)}.{k}" for (i, k), v in before.items() if now.get((i, k)) != v) + patched
+    changed += [f"sys.modules[{m}]" for m, v in mods.items() if id(sys.modules.get(m)) != v]
+    changed += [f"rec.{k}" for k in list(vars(rec)) if callable(getattr(Rec, k, None))]
+    if sys.gettrace() is not None or sys.getprofile() is not None: changed.append("sys.settrace")
+    lines = [f"tampered\t{','.join(changed)}"] + [f"{v}\t{k}" for k, v in rec.out.items()]
+    payload = "\n".join(l.replace("\r", " ") for l in lines).encode("utf-8", "backslashreplace")
+    h = mac.copy(); h.update(payload)
+    trunc(out, 0); pwrite(out, h.hexdigest().encode() + b"\n" + payload, 0)
+    summary = [f"{sum(v == 'pass' for v in rec.out.values())} passed, {sum(v == 'fail' for v in rec.out.values())} failed, "
+               f"{sum(v == 'skip' for v in rec.out.values())} skipped"] + rec.log[:3] + ([f"tampered: {', '.join(changed)}"] if changed else [])
+    write(2, ("\n".join(summary[::-1]) + "\n").encode("utf-8", "backslashreplace"))
+    exit_(0)
+
+_c2_judge()
+'''
+
+@dataclass
+class Verdict:
+    "The judge's decision on a workspace: `solved`, why (`reason`), the expected tests, every reported outcome and the run."
+    solved: bool
+    reason: str
+    expected: list[str] = field(default_factory=list)
+    outcomes: dict[str, str] = field(default_factory=dict)
+    tampered: list[str] = field(default_factory=list)
+    run: RunResult | None = None
+
+    @property
+    def returncode(self) -> int:
+        "0 when solved, else the run's non-zero status (1 when there is none)."
+        return 0 if self.solved else ((self.run.returncode if self.run is not None else 0) or 1)
+    @property
+    def ok(self) -> bool: return self.solved
+    @property
+    def timed_out(self) -> bool: return bool(self.run is not None and self.run.timed_out)
+    @property
+    def stdout(self) -> str: return self.run.stdout if self.run is not None else ""
+    @property
+    def stderr(self) -> str: return (self.run.stderr if self.run is not None else "") + f"judge: {self.reason}\n"
+
+def _judge_run(spec: dict, workspace: Path | str, sandbox, timeout: float | None) -> tuple[dict | None, list[str], RunResult, str]:
+    "(outcomes or None, tampered, the run, why there are no outcomes) of one run of the runner over `workspace`."
+    key, name = secrets.token_bytes(32), f".c2-judge-{secrets.token_hex(8)}"
+    body = {k: spec[k] for k in ("kind", "tests", "fresh")} | {"root": SANDBOX_WS, "result": name}
+    argv = ["env", f"PYTHONHASHSEED={int(spec.get('hashseed', 0))}", "python3", "-P", "-s", "-B", "-X", "pycache_prefix=/tmp/.c2-pycache",
+            "-c", JUDGE_RUNNER]
+    r = sandbox.run(argv, timeout=timeout, stdin=key + json.dumps(body).encode())
+    try: data = read_bytes_beneath(workspace, name, 16 << 20)
+    except (C2Error, OSError): data = None
+    try: remove_beneath(workspace, name)
+    except (C2Error, OSError): pass
+    how = f"exit status {r.returncode}" + (", timed out" if r.timed_out else "") + (f", killed: {r.killed_by}" if r.killed_by else "")
+    if not data: return None, [], r, f"the test runner left no result ({how})"   # none, or the empty file it made first
+    mac, _, payload = data.partition(b"\n")
+    if not hmac.compare_digest(hashlib.blake2b(payload, key=key, digest_size=32).hexdigest().encode(), mac):
+        return None, [], r, f"the test result is forged or corrupt ({how})"
+    lines = payload.decode("utf-8", "replace").split("\n")
+    tampered = [x for x in lines[0].partition("\t")[2].split(",") if x]
+    outcomes = {t: v for v, _, t in (l.partition("\t") for l in lines[1:]) if t}
+    return outcomes, tampered, r, ""
+
+_REFERENCE, _REFERENCE_LOCK = {}, threading.Lock()
+
+def expected_tests(task: Task, sandbox, timeout: float | None = None) -> tuple[list[str], list[str]]:
+    """(the tests a solved workspace must pass, what the reference itself changes in the test machinery). Scripts: all of
+    them. unittest: those that pass on the reference solution in a sandbox like `sandbox` (run once per task and process,
+    then cached); `C2Error` when the reference cannot be run or does not pass the tests the task is known to break."""
+    spec = judge_spec(task)
+    if spec["kind"] == "scripts": return list(spec["tests"]), []
+    key = hashlib.sha256(json.dumps([task.target, spec, dataclasses.asdict(sandbox.limits) if hasattr(sandbox, "limits") else None],
+                                    sort_keys=True, default=str).encode()).hexdigest()
+    with _REFERENCE_LOCK: lock = _REFERENCE.setdefault(("lock", key), threading.Lock())
+    with lock:
+        if key in _REFERENCE: return _REFERENCE[key]
+        ws = make_workspace(task.target, root=Path(sandbox.workspace).parent, limits=sandbox.limits)
+        try: outcomes, tampered, r, why = _judge_run(spec, ws, Sandbox(ws, sandbox.limits), timeout)
+        finally: remove_workspace(ws)
+        if outcomes is None: raise C2Error(f"the reference solution of {task.id} cannot be judged: {why}")
+        passed = sorted(t for t, v in outcomes.items() if v == "pass")
+        # c2bench names a doctest by its module (unittest prints `FAIL: name (module)`): a prefix of a passing test's id
+        if missing := [t for t in task.meta.get("failing_tests", []) if t not in passed and not any(p.startswith(t + ".") for p in passed)]:
+            raise C2Error(f"the reference solution of {task.id} does not pass {missing[0]} here")
+        _REFERENCE[key] = (passed, tampered)
+        return _REFERENCE[key]
+
+def _clear_shadows(workspace: Path | str, rel: str):
+    "Remove what would be imported instead of the module `rel` (`a/b.py`): a package `a/b/`, an extension `a/b*.so`."
+    parent, _, name = rel.rpartition("/")
+    stem = name.removesuffix(".py")
+    try: fd = open_beneath(workspace, parent or ".", os.O_RDONLY | os.O_DIRECTORY)
+    except (C2Error, OSError): return
+    try: names = os.listdir(fd)
+    finally: os.close(fd)
+    for n in names:
+        if n == stem or (n.startswith(stem + ".") and n.endswith(".so")):
+            remove_beneath(workspace, f"{parent}/{n}" if parent else n)
+
+def judge(task: Task, workspace: Path | str, sandbox, timeout: float | None = None) -> Verdict:
+    """Judge `workspace`: restore the task's test files (`replace_beneath`: links, FIFOs, directories in the way are
+    replaced), run the tests with `JUDGE_RUNNER` in `sandbox`, and solve only when every expected test reports a pass in
+    a result authenticated by a fresh key and nothing in the test machinery was tampered with. Never raises for anything
+    the workspace holds; the exit status of the run plays no part."""
+    try: spec = judge_spec(task)
+    except C2Error as e: return Verdict(False, str(e))
     try:
-        for p in protected_files(task): write_beneath(workspace, p, task.files[p])
-    except (C2Error, OSError) as e:   # a test path turned into a directory or a link out of the workspace: not solved
-        return RunResult(1, "", f"judge: cannot restore the task's test files: {e}", False, None, 0.0, 0.0, False)
-    return sandbox.run(task.test_cmd, timeout=timeout)
+        for p in protected_files(task):
+            replace_beneath(workspace, p, task.files[p])
+            if p.endswith(".py"): _clear_shadows(workspace, p)
+    except (C2Error, OSError) as e:
+        return Verdict(False, f"cannot restore the task's test files: {e}")
+    try: expected, allowed = expected_tests(task, sandbox, timeout)
+    except C2Error as e: return Verdict(False, str(e))
+    try: outcomes, tampered, r, why = _judge_run(spec, workspace, sandbox, timeout)
+    except (C2Error, OSError) as e: return Verdict(False, f"the tests could not run: {e}", expected)
+    if outcomes is None: return Verdict(False, why, expected, run=r)
+    v = Verdict(False, "", expected, outcomes, tampered, r)
+    if extra := sorted(set(tampered) - set(allowed)):
+        v.reason = f"the code under test tampered with the test machinery: {', '.join(extra[:5])}"
+    elif not expected: v.reason = "the task has no test that passes on its reference solution"
+    elif missing := [t for t in expected if outcomes.get(t) != "pass"]:
+        v.reason = f"{len(missing)} of {len(expected)} tests did not pass: " + ", ".join(f"{t} ({outcomes.get(t, 'missing')})" for t in missing[:3])
+    else: v.solved, v.reason = True, f"all {len(expected)} tests passed"
+    return v
 
 def run_tests(task: Task, workspace: Path | str, sandbox, timeout: float | None = None) -> bool:
-    "True when the task's tests pass in `workspace` (exit 0 inside the sandbox, protected files restored first)."
-    r = judge(task, workspace, sandbox, timeout)
-    return r.returncode == 0 and not r.timed_out
+    "True when the judge says `workspace` solves `task` (see `judge`)."
+    return judge(task, workspace, sandbox, timeout).solved
 
-def read_workspace(workspace: Path | str, max_bytes: int = 1_000_000) -> dict[str, str]:
-    "{relative path: text} of the regular text files under `workspace` (caches skipped)."
-    root, out = Path(workspace), {}
-    for p in sorted(root.rglob("*")):
-        if p.is_symlink() or not p.is_file() or "__pycache__" in p.parts or p.stat().st_size > max_bytes: continue
-        try: out[p.relative_to(root).as_posix()] = p.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError): pass
+def read_workspace(workspace: Path | str, max_bytes: int = MAX_FILE_BYTES, max_total: int = 8 << 20, max_files: int = 2000) -> dict[str, str]:
+    """{relative path: text} of the regular UTF-8 files under `workspace` (caches skipped), read through `read_beneath`
+    (no link followed, no FIFO opened); files over `max_bytes` are left out, and reading stops after `max_total` bytes or
+    `max_files` files: what a command leaves cannot make the host read more. Odd names come back `printable`."""
+    out, budget = {}, max_total
+    for rel in list_beneath(workspace, ".", max_bytes=max_bytes, max_files=max_files, hidden=True):
+        if budget <= 0: break
+        try: data = read_bytes_beneath(workspace, rel, min(max_bytes, budget))
+        except (C2Error, OSError): continue
+        try: out[printable(rel)] = data.decode("utf-8")
+        except UnicodeDecodeError: continue
+        budget -= len(data)
     return out
 
 @dataclass
@@ -677,7 +944,7 @@ class Episode:
     toolbox: Toolbox
     solved: bool
     turns: int
-    stop_reason: str                  # finish | no_calls | max_turns
+    stop_reason: str                  # finish | no_calls | max_turns | timeout (the episode's wall-clock budget ran out)
     turn_texts: list[str]             # each assistant turn as the policy wrote it
     context_tokens: list[int]         # prompt tokens before each turn (with a tokenizer; else estimates)
     effort: Effort
@@ -685,8 +952,9 @@ class Episode:
     changed_files: list[str]          # workspace paths that differ from task.files at the end
     diff: str                         # unified diff task.files -> final workspace
     lines_changed: int
-    test_output: str
+    test_output: str                  # the tail of the test run, then the judge's reason
     wall_s: float
+    verdict: Verdict | None = None    # the judge's decision (None when the budget ran out before judging)
 
     def render(self, data) -> tuple[list[int], list[int]]:
         "The token ids and loss mask of the transcript (the model's own tokens have mask 1)."
@@ -711,22 +979,29 @@ class _Encoder:
 
 def run_episode(task: Task, policy, cfg: Config, sandbox_root: Path | str | None = None, data=None,
                 system_prompt: str = SYSTEM_PROMPT, keep_workspace: bool = False) -> Episode:
-    "Run `policy` on `task` for up to `cfg.tasks.max_turns` turns in a fresh sandboxed workspace; judge and reward it."
-    t0 = time.time()
-    ws = make_workspace(task.files, root=sandbox_root or cfg.sandbox.root or None)
+    """Run `policy` on `task` for up to `cfg.tasks.max_turns` turns in a fresh sandboxed workspace; judge and reward it.
+    Within `cfg.tasks.episode_timeout_s` of wall time (checked between turns; shell calls and the judge get only what is
+    left): past it the episode stops with `stop_reason='timeout'`, unsolved. Nothing the policy writes makes it raise."""
+    t0, t_mono = time.time(), time.monotonic()
+    budget = cfg.tasks.episode_timeout_s
+    deadline = t_mono + budget if budget and budget > 0 else None
+    left = lambda: float("inf") if deadline is None else deadline - time.monotonic()
+    ws = make_workspace(task.files, root=sandbox_root or cfg.sandbox.root or None, limits=cfg.sandbox)
     try:
         sandbox = Sandbox(ws, cfg.sandbox)
-        tb = Toolbox(ws, sandbox)
+        tb = Toolbox(ws, sandbox, deadline=deadline)
         tr = Transcript().add("system", system_prompt).add("user", task.prompt)
         count = _token_counter(data)
         if hasattr(policy, "start"): policy.start(task, tb)
         texts, ctx, stop = [], [], "max_turns"
         for _ in range(cfg.tasks.max_turns):
+            if left() <= 0: stop = "timeout"; break
             ctx.append(len(tr.render(data, generation_prompt=True)[0]) if data is not None
                        else sum(count(m.text) + 2 for m in tr) + 1)
             text = policy.act(tr, tb)
             texts.append(text)
             tr.add("assistant", text)
+            if left() <= 0: stop = "timeout"; break   # the turn took the rest of the budget: its calls do not run
             results = tb.step(text)
             tr.add_results(results)
             if tb.finished: stop = "finish"; break
@@ -734,12 +1009,17 @@ def run_episode(task: Task, policy, cfg: Config, sandbox_root: Path | str | None
         final = read_workspace(ws)
         changed = sorted(p for p in set(final) | set(task.files) if final.get(p) != task.files.get(p))
         diff = task_diff(task.files, final, overlay=False)
-        r = judge(task, ws, sandbox)
-        solved = r.returncode == 0 and not r.timed_out
+        verdict = None
+        if stop != "timeout" and left() > 0:
+            verdict = judge(task, ws, sandbox, timeout=min(cfg.sandbox.timeout, left()))
+            if left() <= 0 and verdict.solved: verdict = None   # judged after the budget ran out: not in time
+        if verdict is None: stop, out = "timeout", f"judge: the episode's budget of {budget} s ran out"
+        else: out = (verdict.stdout + verdict.stderr)[-2000:]
+        solved = verdict is not None and verdict.solved
         effort = rewards.effort_from_transcript(tr, tb, _Encoder(count))
         reward = rewards.compute_reward(solved, tb, ws, effort, cfg.reward, task.files)
         ep = Episode(task, tr, tb, solved, len(texts), stop, texts, ctx, effort, reward, changed, diff,
-                     lines_changed(task.files, final, overlay=False), (r.stdout + r.stderr)[-2000:], time.time() - t0)
+                     lines_changed(task.files, final, overlay=False), out, time.time() - t0, verdict)
     finally:
         if not keep_workspace: remove_workspace(ws)
     if hasattr(policy, "end"): policy.end(ep)

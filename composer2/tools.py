@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_tools.ipynb #13c003
 from __future__ import annotations
-import ast, hashlib, json, os, re, threading
+import ast, hashlib, json, os, re, stat, threading, time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,10 +17,10 @@ from .data import SPECIAL_TOKENS
 # %% auto #0
 __all__ = ['SYSTEM', 'USER', 'ASSISTANT', 'END_TURN', 'TOOL_CALL', 'END_TOOL_CALL', 'TOOL_RESULT', 'END_TOOL_RESULT', 'THINK',
            'END_THINK', 'SUMMARIZE', 'SUMMARY', 'END_SUMMARY', 'TOOLS', 'SYSTEM_PROMPT', 'TEXT_SUFFIXES',
-           'SEQUENTIAL_TOOLS', 'ROLES', 'ToolCall', 'ToolResult', 'format_tool_call', 'Param', 'ToolSpec',
-           'check_arguments', 'parse_turn', 'parse_tool_calls', 'TurnParts', 'turn_parts', 'ToolError',
-           'embedding_model', 'embed', 'Chunk', 'chunk_file', 'SearchHit', 'workspace_files', 'SemanticIndex',
-           'Toolbox', 'Message', 'Transcript']
+           'INDEX_MAX_BYTES', 'INDEX_MAX_CHUNKS', 'SEQUENTIAL_TOOLS', 'GREP_MAX_BYTES', 'ROLES', 'ToolCall',
+           'ToolResult', 'format_tool_call', 'Param', 'ToolSpec', 'check_arguments', 'parse_turn', 'parse_tool_calls',
+           'TurnParts', 'turn_parts', 'ToolError', 'embedding_model', 'embed', 'Chunk', 'chunk_file', 'SearchHit',
+           'workspace_files', 'SemanticIndex', 'compile_pattern', 'Toolbox', 'Message', 'Transcript']
 
 # %% ../nbs/13_tools.ipynb #13c006
 SYSTEM, USER, ASSISTANT, END_TURN = "<|system|>", "<|user|>", "<|assistant|>", "<|end_turn|>"
@@ -192,7 +192,9 @@ def turn_parts(text: str) -> TurnParts:
     return TurnParts(think, calls, "".join(prose))
 
 # %% ../nbs/13_tools.ipynb #13c015
-from .sandbox import open_beneath, safe_path, write_beneath
+import re2
+from .sandbox import (MAX_FILE_BYTES, list_beneath, open_beneath, printable, read_beneath, read_bytes_beneath,
+                               write_beneath)
 
 class ToolError(C2Error):
     "A call that failed for a reason the model can act on (missing file, ambiguous edit, bad regex...)."
@@ -214,7 +216,8 @@ def embedding_model():
 
 def embed(texts: list[str]) -> np.ndarray:
     "Unit-norm float32 embeddings (n, 384) of `texts`, cached by content."
-    keys = [hashlib.sha256(t.encode("utf-8", "surrogatepass")).hexdigest() for t in texts]
+    texts = [printable(t) for t in texts]   # the tokenizer takes valid UTF-8 only
+    keys = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
     with _MODEL_LOCK: have = {k: _EMB_CACHE[k] for k in keys if k in _EMB_CACHE}
     todo = sorted({k: t for k, t in zip(keys, texts) if k not in have}.items())
     if todo:
@@ -244,7 +247,7 @@ def chunk_file(path: str, text: str, window: int = 40) -> list[Chunk]:
     tree = None
     if path.endswith(".py"):
         try: tree = ast.parse(text)
-        except (SyntaxError, ValueError): tree = None
+        except (SyntaxError, ValueError, RecursionError, MemoryError): tree = None   # any text: never an exception
     start_of = lambda n: min([n.lineno] + [d.lineno for d in getattr(n, "decorator_list", [])])
     defs = (ast.FunctionDef, ast.AsyncFunctionDef)
     for node in (tree.body if tree else []):
@@ -283,39 +286,38 @@ class SearchHit:
 TEXT_SUFFIXES = (".py", ".pyi", ".md", ".rst", ".txt", ".toml", ".cfg", ".ini", ".json", ".yaml", ".yml", ".sh",
                  ".c", ".h", ".cpp", ".js", ".ts")
 
-def workspace_files(root: Path | str, suffixes: tuple[str, ...] | None = None, max_bytes: int = 1_000_000) -> list[str]:
-    "Paths relative to `root` of its regular files (ending in `suffixes`), sorted; hidden and cache dirs skipped, links not followed."
-    root = Path(root)
-    out = []
-    for dirpath, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
-        for n in sorted(names):
-            p = Path(dirpath) / n
-            if p.is_symlink() or (suffixes and not n.endswith(suffixes)): continue
-            try:
-                if p.stat().st_size <= max_bytes: out.append(p.relative_to(root).as_posix())
-            except OSError: pass
-    return sorted(out)
+def workspace_files(root: Path | str, suffixes: tuple[str, ...] | None = None, max_bytes: int = MAX_FILE_BYTES,
+                    max_files: int = 5000) -> list[str]:
+    "Paths relative to `root` of its regular files (ending in `suffixes`), sorted; hidden and cache dirs skipped, links never followed (`list_beneath`)."
+    return list_beneath(root, ".", suffixes, max_bytes=max_bytes, max_files=max_files)
+
+INDEX_MAX_BYTES, INDEX_MAX_CHUNKS = 4 << 20, 5000   # what one search embeds at most: the rest of a huge workspace is left out
 
 class SemanticIndex:
-    "Embedding search over the code of a workspace; re-reads the files at each search and re-chunks only what changed."
+    """Embedding search over the code of a workspace; re-reads the files at each search (through `read_beneath`: no link is
+    followed, a FIFO never blocks) and re-chunks only what changed; at most `INDEX_MAX_BYTES` of text and `INDEX_MAX_CHUNKS` chunks."""
     def __init__(self, workspace: Path | str, window: int = 40, suffixes: tuple[str, ...] = TEXT_SUFFIXES):
         self.root, self.window, self.suffixes = Path(workspace).resolve(), window, suffixes
         self._files: dict[str, tuple[str, list[Chunk]]] = {}
         self._lock = threading.Lock()
 
     def chunks(self) -> list[Chunk]:
-        "The current chunks of every text file of the workspace."
+        "The current chunks of every text file of the workspace (within the caps)."
         with self._lock:
-            seen = {}
+            seen, budget, n = {}, INDEX_MAX_BYTES, 0
             for rel in workspace_files(self.root, self.suffixes):
-                try: text = (self.root / rel).read_text(encoding="utf-8")
-                except (OSError, UnicodeDecodeError): continue
-                sha = hashlib.sha256(text.encode()).hexdigest()
+                try: data = read_bytes_beneath(self.root, rel, min(MAX_FILE_BYTES, budget))
+                except (C2Error, OSError): continue
+                try: text = data.decode("utf-8")
+                except UnicodeDecodeError: continue
+                budget -= len(data)
+                sha = hashlib.sha256(data).hexdigest()
                 old = self._files.get(rel)
-                seen[rel] = old if old and old[0] == sha else (sha, chunk_file(rel, text, self.window))
+                seen[rel] = old if old and old[0] == sha else (sha, chunk_file(printable(rel), text, self.window))
+                n += len(seen[rel][1])
+                if budget <= 0 or n >= INDEX_MAX_CHUNKS: break
             self._files = seen
-            return [c for _, cs in seen.values() for c in cs]
+            return [c for _, cs in seen.values() for c in cs][:INDEX_MAX_CHUNKS]
 
     def search(self, query: str, k: int = 5) -> list[SearchHit]:
         "The `k` chunks closest to `query`, best first."
@@ -335,15 +337,27 @@ def _cap(text: str, limit: int) -> str:
     return f"{head}\n[... {len(text) - len(head) - len(tail)} characters cut ...]\n{tail}"
 
 SEQUENTIAL_TOOLS = {"edit_file", "write_file", "todo", "finish"}
+_RE2_OPTIONS = re2.Options(); _RE2_OPTIONS.log_errors = False   # a bad pattern is the model's error, not a log line
+GREP_MAX_BYTES = 32 << 20   # what one grep reads at most (a workspace of huge files is searched in part)
+
+def compile_pattern(pattern: str):
+    "`pattern` compiled by RE2 (linear time: no pattern can stall the process); `ToolError` for what RE2 cannot take."
+    try: return re2.compile(pattern, _RE2_OPTIONS)
+    except Exception as e:   # re2.error, lone surrogates, patterns past RE2's memory budget
+        why = e.args[0] if e.args else type(e).__name__
+        why = why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
+        raise ToolError(f"bad regex {printable(pattern)!r}: {printable(why)} (RE2 syntax: no backreferences or lookaround)") from None
 
 class Toolbox:
     "The tools of one episode over `workspace` (shell commands run in `sandbox`), with the episode's state."
     def __init__(self, workspace: Path | str, sandbox=None, search_index: SemanticIndex | None = None,
-                 max_output: int = 8000, max_workers: int = 8, max_grep: int = 100, max_shell_timeout: float = 60.0):
+                 max_output: int = 8000, max_workers: int = 8, max_grep: int = 100, max_shell_timeout: float = 60.0,
+                 deadline: float | None = None):
         self.workspace = Path(workspace).resolve()
         if not self.workspace.is_dir(): raise C2Error(f"workspace {self.workspace} is not a directory")
         self.sandbox, self.search_index = sandbox, search_index
         self.max_output, self.max_workers, self.max_grep, self.max_shell_timeout = max_output, max_workers, max_grep, max_shell_timeout
+        self.deadline = deadline   # time.monotonic() past which shell calls get no more time (the episode's budget)
         self.todos: list[dict] = []
         self.finished, self.final_message = False, None
         self.n_calls = self.n_malformed = self.n_failed = 0
@@ -360,7 +374,7 @@ class Toolbox:
         for i, it in enumerate(items):
             err = it if isinstance(it, str) else check_arguments(it.name, it.arguments) if isinstance(it, ToolCall) else f"not a tool call: {it!r}"
             if err is not None:
-                results[i] = ToolResult("invalid", False, err)
+                results[i] = ToolResult("invalid", False, printable(err))
                 with self._lock: self.n_calls += 1; self.n_malformed += 1
             elif it.name in SEQUENTIAL_TOOLS: stages += [[i], []]
             else: stages[-1].append(i)
@@ -376,35 +390,36 @@ class Toolbox:
         return self.execute(parse_turn(text))
 
     def _run(self, call: ToolCall) -> ToolResult:
+        "Run one call. Never raises (but on KeyboardInterrupt): whatever goes wrong is a failed call the model reads about."
         try: out, ok = getattr(self, f"_{call.name}")(**call.arguments), True
         except ToolError as e: out, ok = str(e), False
+        except C2Error as e: out, ok = str(e), False
         except UnicodeDecodeError: out, ok = f"{call.arguments.get('path', 'the file')} is not UTF-8 text", False
-        except OSError as e: out, ok = f"{type(e).__name__}: {e.strerror or e}", False
+        except OSError as e: out, ok = f"{call.arguments.get('path') or call.name}: {e.strerror or type(e).__name__}", False
+        except Exception as e: out, ok = f"{call.name} failed: {type(e).__name__}: {e}", False   # a harness bug must not end the episode
         with self._lock:
             self.n_calls += 1; self.n_failed += not ok; self.calls_by_tool[call.name] += 1
-        return ToolResult(call.name, ok, _cap(out, self.max_output))
+        return ToolResult(call.name, ok, printable(_cap(out if isinstance(out, str) else str(out), self.max_output)))
 
-    def _path(self, rel: str) -> Path:
-        try: return safe_path(self.workspace, rel)
+    def _fs(self, fn, path: str, *args, **kw):
+        "`fn(workspace, path, ...)` with the errors a model can act on turned into `ToolError`s."
+        try: return fn(self.workspace, path, *args, **kw)
+        except (FileNotFoundError, NotADirectoryError): raise ToolError(f"no such file: {path}") from None
+        except IsADirectoryError: raise ToolError(f"{path} is a directory") from None
         except C2Error as e: raise ToolError(str(e)) from None
 
-    def _rel(self, p: Path) -> str: return p.relative_to(self.workspace).as_posix()
+    def _read_text(self, path: str) -> str:
+        "The text of a workspace file as stored (CRLF stays CRLF); at most `MAX_FILE_BYTES`."
+        return self._fs(read_beneath, path)
 
-    def _read_text(self, rel: str) -> str:
-        try:
-            with os.fdopen(open_beneath(self.workspace, rel), encoding="utf-8", newline="") as f: return f.read()   # CRLF stays CRLF
-        except C2Error as e: raise ToolError(str(e)) from None
-
-    def _write_text(self, rel: str, text: str):
-        try: write_beneath(self.workspace, rel, text)
-        except C2Error as e: raise ToolError(str(e)) from None
-        with self._lock: self.edited_files.add(rel)
+    def _write_text(self, path: str, text: str):
+        self._fs(write_beneath, path, text)
+        rel = path[len("/workspace/"):] if path.startswith("/workspace/") else path
+        with self._lock: self.edited_files.add("/".join(x for x in rel.split("/") if x not in ("", ".")))
 
     # ---- the tools
     def _read_file(self, path: str, start: int | None = None, end: int | None = None) -> str:
-        p = self._path(path)
-        if not p.is_file(): raise ToolError(f"no such file: {path}")
-        lines = self._read_text(self._rel(p)).splitlines()
+        lines = self._read_text(path).splitlines()
         n = len(lines)
         s, e = 1 if start is None else start, n if end is None else min(end, n)
         if s < 1 or (end is not None and end < s): raise ToolError(f"bad line range {start}..{end}: lines are numbered from 1")
@@ -414,28 +429,31 @@ class Toolbox:
         return f"{path} (lines {s}-{e} of {n})\n" + "\n".join(f"{i:>{width}}| {lines[i - 1]}" for i in range(s, e + 1))
 
     def _edit_file(self, path: str, search: str, replace: str) -> str:
-        p = self._path(path)
-        if not p.is_file(): raise ToolError(f"no such file: {path} (write_file creates files)")
         if not search: raise ToolError("search text is empty")
-        text = self._read_text(self._rel(p))
+        try: text = self._read_text(path)
+        except ToolError as e:
+            raise ToolError(f"{e} (write_file creates files)" if str(e).startswith("no such file") else str(e)) from None
         n = text.count(search)
         if n == 0: raise ToolError(f"search text not found in {path} (it must match exactly, whitespace included)")
         if n > 1: raise ToolError(f"search text appears {n} times in {path}: include more lines so it is unique")
         at = text.index(search)
-        self._write_text(self._rel(p), text[:at] + replace + text[at + len(search):])
+        self._write_text(path, text[:at] + replace + text[at + len(search):])
         line = text.count("\n", 0, at) + 1
         return f"edited {path}: {search.count(chr(10)) + 1} lines at line {line} replaced by {replace.count(chr(10)) + 1}"
 
     def _write_file(self, path: str, content: str) -> str:
-        p = self._path(path)
-        if p.is_dir(): raise ToolError(f"{path} is a directory")
-        self._write_text(self._rel(p), content)
+        self._write_text(path, content)
         return f"wrote {len(content.splitlines())} lines to {path}"
 
     def _shell(self, command: str, timeout: float | None = None) -> str:
         if self.sandbox is None: raise ToolError("the shell is not available in this environment")
         if timeout is not None and not timeout > 0: raise ToolError("timeout must be > 0 seconds")
-        r = self.sandbox.run(command, timeout=min(timeout, self.max_shell_timeout) if timeout else None)
+        t = min(timeout, self.max_shell_timeout) if timeout else getattr(getattr(self.sandbox, "limits", None), "timeout", self.max_shell_timeout)
+        if self.deadline is not None:   # the episode's budget bounds every command
+            left = self.deadline - time.monotonic()
+            if left <= 0.05: raise ToolError("the episode's time is up")
+            t = min(t, left)
+        r = self.sandbox.run(command, timeout=t)
         head = f"exit code {r.returncode}"
         if r.timed_out: head += f" (timed out after {r.wall_s:.1f} s)"
         elif r.killed_by: head += f" (killed: {r.killed_by})"
@@ -444,15 +462,21 @@ class Toolbox:
         return "\n".join(parts)
 
     def _grep(self, pattern: str, path: str = ".") -> str:
-        try: rx = re.compile(pattern)
-        except (re.error, RecursionError, OverflowError) as e: raise ToolError(f"bad regex {pattern!r}: {e}")
-        root = self._path(path)
-        if not root.exists(): raise ToolError(f"no such file or directory: {path}")
-        files = [self._rel(root)] if root.is_file() else [f"{self._rel(root)}/{r}".removeprefix("./") for r in workspace_files(root)]
-        hits = []
+        rx = compile_pattern(pattern)
+        try: fd = open_beneath(self.workspace, path)
+        except (FileNotFoundError, NotADirectoryError): raise ToolError(f"no such file or directory: {path}") from None
+        except C2Error as e: raise ToolError(str(e)) from None
+        try: is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+        finally: os.close(fd)
+        files = self._fs(list_beneath, path) if is_dir else [path]
+        hits, budget = [], GREP_MAX_BYTES
         for rel in files:
-            try: lines = self._read_text(rel).splitlines()
-            except (ToolError, OSError, UnicodeDecodeError): continue
+            if budget <= 0: hits.append(f"[grep stopped after {GREP_MAX_BYTES >> 20} MiB: narrow the path]"); break
+            try: data = read_bytes_beneath(self.workspace, rel, min(MAX_FILE_BYTES, budget))
+            except (C2Error, OSError): continue
+            budget -= len(data)
+            try: lines = data.decode("utf-8").splitlines()
+            except UnicodeDecodeError: continue
             for i, line in enumerate(lines, 1):
                 if rx.search(line):
                     hits.append(f"{rel}:{i}: {line[:200]}")
@@ -474,13 +498,13 @@ class Toolbox:
         ids = {t["id"] for t in self.todos} | set(range(len(self.todos) + 1, len(self.todos) + len(add) + 1))
         if missing := [i for i in complete if i not in ids]:
             raise ToolError(f"no to-do item {missing[0]} (items are numbered 1..{len(ids)})")
-        for t in add: self.todos.append(dict(id=len(self.todos) + 1, text=t.strip(), done=False))
+        for t in add: self.todos.append(dict(id=len(self.todos) + 1, text=printable(t.strip()), done=False))
         for t in self.todos:
             if t["id"] in complete: t["done"] = True
         return "\n".join(f"[{'x' if t['done'] else ' '}] {t['id']}. {t['text']}" for t in self.todos) or "the to-do list is empty"
 
     def _finish(self, message: str) -> str:
-        self.finished, self.final_message = True, message
+        self.finished, self.final_message = True, printable(message)
         return "finished"
 
     def stats(self) -> dict:
@@ -516,7 +540,7 @@ class _Codec:
         self.special_ids = set(self.id.values())
 
     def plain(self, text: str) -> list[int]:
-        return self.tok.encode(text, add_special_tokens=False).ids if text else []
+        return self.tok.encode(printable(text), add_special_tokens=False).ids if text else []   # lone surrogates: U+FFFD
 
     def encode(self, text: str, allowed: set[str]) -> list[int]:
         ids, i = [], 0

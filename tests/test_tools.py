@@ -154,3 +154,36 @@ def test_semantic_search_finds_stdlib_functions(tmp_path):
     assert hits[0].path == "bisect.py" and hits[0].title.startswith("insort"), hits
     assert {h.path for h in idx.search("convert a colour between RGB and HSV", k=3)} == {"colorsys.py"}
     assert time.time() - t0 < 120
+
+# ---- issue 16: whatever the arguments, a call is a result
+
+nasty = st.one_of(texty, st.text(alphabet=st.characters(blacklist_categories=()), max_size=12),
+                  st.sampled_from(["\ud800", "a\udcffb", "\0", "x\0y.py", "loop", "fifo", "link/x", "../x", "/etc/passwd",
+                                   "(a+)+$", "(?=x)", "\\", "[", "caf\udce9.py", "/workspace", ".", "", " "]))
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(["read_file", "edit_file", "write_file", "grep", "todo", "finish"]), a=nasty, b=nasty, c=nasty)
+def test_toolbox_never_raises_on_any_arguments(tmp_path_factory, name, a, b, c):
+    ws = tmp_path_factory.mktemp("ws")
+    (ws / "ok.py").write_text("a = 1\n"); import os
+    os.mkfifo(ws / "fifo"); os.symlink("loop", ws / "loop"); os.symlink("/etc", ws / "link")
+    args = {"read_file": {"path": a}, "edit_file": {"path": a, "search": b, "replace": c}, "write_file": {"path": a, "content": b},
+            "grep": {"pattern": a, "path": b or "."}, "todo": {"add": [a, b]}, "finish": {"message": a}}[name]
+    tb = Toolbox(ws)
+    (r,) = tb.execute([ToolCall(name, args)])
+    r.text().encode("utf-8")                                           # valid text for the tokenizer
+    assert tb.n_calls == 1 and tb.n_failed == (not r.ok)
+    assert Path("/etc/passwd").read_text() and not (ws.parent / "x").exists()
+
+def test_regex_bomb_does_not_stall_other_threads(tmp_path):
+    "grep runs RE2: `(a+)+$` over a long line costs microseconds, and another thread keeps running meanwhile."
+    import threading
+    (tmp_path / "a.txt").write_text(("a" * 60 + "b\n") * 2000)
+    ticks, stop = [0], threading.Event()
+    def spin():
+        while not stop.is_set(): ticks[0] += 1; time.sleep(0.001)
+    th = threading.Thread(target=spin); th.start()
+    t0 = time.time()
+    try: r = Toolbox(tmp_path).step(format_tool_call("grep", {"pattern": "(a+)+$"}) + format_tool_call("grep", {"pattern": "(x+x+)+y"}))
+    finally: stop.set(); th.join()
+    assert [x.output for x in r] == ["no matches", "no matches"] and time.time() - t0 < 2 and ticks[0] > 0, (r, ticks)
