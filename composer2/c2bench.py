@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from .config import C2Error, SandboxConfig
+from .tasks import Task
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'MODULES', 'FORMAT', 'EVAL_FRACTION', 'REPORT_FIG7', 'Mutation', 'functions', 'mutation_sites',
@@ -530,9 +531,8 @@ def c2bench_records(version: str = "v1", root: Path | str | None = None) -> tupl
     sources = json.loads(gzip.decompress(raw["sources.json.gz"]))
     return records, sources, manifest
 
-def record_to_task(rec: dict, sources: dict[str, str], manifest: dict):
+def record_to_task(rec: dict, sources: dict[str, str], manifest: dict) -> Task:
     "One `composer2.tasks.Task` from a stored record."
-    from composer2.tasks import Task
     mod = rec["module"]
     original = sources[f"{mod}.py"]
     m = Mutation(mod, rec["qualname"], rec["category"], rec["lineno"], rec["start"], rec["end"], rec["before"], rec["after"])

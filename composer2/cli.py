@@ -173,7 +173,8 @@ def _tasks_cfg(a):
     return cfg
 
 def cmd_tasks_stats(a):
-    from composer2.tasks import load_suite, suite_stats
+    from composer2.suites import load_suite
+    from composer2.tasks import suite_stats
     cfg = _tasks_cfg(a)
     s = suite_stats(load_suite(cfg, a.split, n=a.n))
     if a.json: print(json.dumps(s, indent=1)); return
@@ -181,7 +182,9 @@ def cmd_tasks_stats(a):
     for k, v in s.items(): print(f"{k:<{w}}  {v}")
 
 def cmd_tasks_oracle(a):
-    from composer2.tasks import OraclePolicy, load_suite, run_episodes
+    from composer2.episode import run_episodes
+    from composer2.policies import OraclePolicy
+    from composer2.suites import load_suite
     cfg = _tasks_cfg(a)
     tasks, t = load_suite(cfg, a.split, n=a.n), time.time()
     eps = run_episodes(tasks, lambda task: OraclePolicy(), cfg)
@@ -193,7 +196,8 @@ def cmd_tasks_oracle(a):
     if solved < len(eps): sys.exit(1)
 
 def cmd_tasks_show(a):
-    from composer2.tasks import find_task, task_diff
+    from composer2.suites import find_task
+    from composer2.tasks import task_diff
     task = find_task(_tasks_cfg(a), a.id)
     if a.json: print(task.to_json()); return
     print(f"{task.id} ({task.suite}, {task.split})\nprompt: {task.prompt}\ntest: {task.test_cmd}")

@@ -133,7 +133,7 @@ def sft_examples(data: DataDir, n: int = 2000, max_chars: int = 1200, cfg: Confi
     "Targeted coding tasks from the corpus's documented functions, as agent transcripts; plus oracle trajectories when `cfg.pretrain.sft_oracle` > 0."
     out = _corpus_sft(data, n, max_chars)
     if cfg is None or not cfg.pretrain.sft_oracle: return out
-    from composer2.tasks import oracle_transcripts   # sandboxed episodes of the oracle on the train split
+    from composer2.episode import oracle_transcripts   # sandboxed episodes of the oracle on the train split
     return mix_oracle(out, [t.render(data) for t in oracle_transcripts(cfg, cfg.pretrain.sft_oracle)], cfg.pretrain.sft_oracle_share)
 
 def mix_oracle(examples: list, oracle: list, share: float) -> list:

@@ -97,7 +97,9 @@ def measure_oracle(a) -> dict:
     """Oracle rollout steps per second on the synthetic suite: whole episodes (workspace, turns whose tool calls run in
     the sandbox, the judge's test run, the reward with its ruff check), one step = one agent turn."""
     from composer2.config import load_config
-    from composer2.tasks import OraclePolicy, run_episodes, synthetic_suite
+    from composer2.episode import run_episodes
+    from composer2.policies import OraclePolicy
+    from composer2.tasks import synthetic_suite
     cfg = load_config("smoke")
     n = 24 if a.quick else 120
     tasks = synthetic_suite(cfg.tasks, "eval", n)

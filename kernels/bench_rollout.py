@@ -52,7 +52,7 @@ def bench_rollouts(args, ck, checkout) -> dict:
     from composer2.rl import publishable
     from composer2.rollout import Rollouts
     from composer2.async_rl import build_policy
-    from composer2.tasks import load_suite
+    from composer2.suites import load_suite
     torch.set_num_threads(1)
     from composer2.config import load_config
     cfg = load_config(args.scale, overrides=SETTINGS)

@@ -7,8 +7,11 @@ from pathlib import Path
 import pytest
 from composer2.config import C2Error, load_config
 from composer2.sandbox import BWRAP_MISSING, Sandbox, make_workspace, remove_workspace, sandbox_limits, write_beneath
-from composer2.tasks import (OraclePolicy, Task, judge, judge_spec, load_suite, protected_files, read_workspace, run_episode,
-                             synthetic_suite, task_diff)
+from composer2.episode import read_workspace, run_episode
+from composer2.judge import judge, judge_spec, protected_files
+from composer2.policies import OraclePolicy
+from composer2.suites import load_suite
+from composer2.tasks import Task, synthetic_suite, task_diff
 from composer2.tools import Toolbox, format_tool_call
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason=BWRAP_MISSING)

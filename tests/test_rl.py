@@ -1,4 +1,5 @@
-"""`c2 rl` through the real CLI: real Ray, real bubblewrap sandboxes, tiny steps. An async and a sync smoke run, a
+"""`c2 rl` through the real CLI: real Ray, real bubblewrap sandboxes, tiny steps. An async and a sync smoke run, a run
+with an episode that raises and one that hangs (injected with C2_FAULTS), a
 SIGKILL after the first checkpoint followed by a rerun that trains every prompt of the pool exactly once, and the
 one-line error when the SFT checkpoint is missing."""
 import csv, json, os, shutil, signal, subprocess, time
@@ -17,7 +18,7 @@ def expected_pool(runs, data, *extra):
     "The prompt pool the run's config defines (its single epoch), computed the way the run does."
     from composer2.async_rl import prompt_pool
     from composer2.config import load_config
-    from composer2.tasks import load_suite
+    from composer2.suites import load_suite
     cfg = load_config("smoke", overrides=[f"data.dir={data}", f"rl.runs={runs}", *extra])
     return prompt_pool(cfg, [t.id for t in load_suite(cfg, "train")])
 
@@ -75,3 +76,16 @@ def test_missing_sft_checkpoint_is_one_line(smoke_data, tmp_path):
     one_line_error(r, "rl.init=sft needs the SFT checkpoint", "c2 pretrain --scale smoke", "rl.init=scratch")
     r = c2(*args(tmp_path, smoke_data, "rl.steps=1000"))
     one_line_error(r, "rl.steps x rl.prompts_per_step", "tasks.n_train")
+
+def test_async_run_survives_an_episode_that_raises_and_one_that_hangs(smoke_data, tmp_path):
+    # C2_FAULTS makes the 2nd episode of every rollout loop (the worker's and the evaluator's) raise and the 5th never
+    # return; the run must leave both out, count them, and train every prompt once as usual
+    extra = ("tasks.episode_timeout_s=5",)   # a stuck episode is abandoned at 1.1x the budget, at least 10 s more: 15 s
+    t0 = time.time()
+    r = c2(*args(tmp_path, smoke_data, *extra), env={"C2_FAULTS": "raise@2,hang@5"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "smoke" / "async"
+    done = check_run(run, expected_pool(tmp_path, smoke_data, *extra), 4, "async")
+    assert done["episode_errors"] == 2, done
+    assert sum(int(x["errors"]) for x in rows(run / "eval.csv")) == 2
+    print(f"run with a raising and a hanging episode: {time.time() - t0:.1f}s")

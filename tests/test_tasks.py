@@ -4,9 +4,11 @@ import dataclasses, json, statistics, time
 import pytest
 from conftest import c2, one_line_error
 from composer2.config import C2Error, load_config
-from composer2.tasks import (OraclePolicy, RandomPolicy, Task, edit_calls, estimate_tokens, judge, lines_changed, load_suite,
-                             long_horizon_suite, oracle_transcripts, protected_files, run_episodes, run_tests, suite_stats,
-                             synthetic_suite)
+from composer2.episode import oracle_transcripts, run_episodes
+from composer2.judge import judge, protected_files, run_tests
+from composer2.policies import OraclePolicy, RandomPolicy
+from composer2.suites import load_suite
+from composer2.tasks import Task, edit_calls, estimate_tokens, lines_changed, long_horizon_suite, suite_stats, synthetic_suite
 
 CFG = load_config("smoke")
 
