@@ -4,21 +4,20 @@
 
 # %% ../nbs/21_async_rl.ipynb #15c003
 from __future__ import annotations
-import copy, csv, dataclasses, importlib.util, json, math, os, random, signal, threading, time
-from dataclasses import dataclass, field
+import csv, dataclasses, importlib.util, io, json, math, os, random, signal, sys, threading, time
 from pathlib import Path
 import numpy as np, torch
-from .config import C2Error, Config, to_yaml
+from .config import C2Error, Config, atomic_write, read_jsonl, to_yaml
 from .engine import Engine
 from .model import MoETransformer
 from .rollout import Rollouts, rl_context
-from .rl import (Group, Reconciler, Rollout, Segment, apply_delta, best_of_k_curve, delta_stats, make_delta,
+from .rl import (Group, Reconciler, apply_delta, best_of_k_curve, delta_stats, make_delta,
                           publishable, rl_step, staleness_histogram)
 
 # %% auto #0
-__all__ = ['WeightReceiver', 'build_policy', 'TrainerImpl', 'RolloutWorkerImpl', 'run_dir', 'prompt_pool', 'sft_checkpoint',
-           'initial_weights', 'save_rl_checkpoint', 'load_rl_checkpoint', 'read_ledger', 'Preempted', 'summarize_eval',
-           'run_rl']
+__all__ = ['RL_CHECKPOINT_KEYS', 'WeightReceiver', 'build_policy', 'TrainerImpl', 'RolloutWorkerImpl', 'run_dir', 'prompt_pool',
+           'sft_checkpoint', 'initial_weights', 'save_rl_checkpoint', 'load_rl_checkpoint', 'read_ledger', 'Preempted',
+           'summarize_eval', 'run_rl']
 
 # %% ../nbs/21_async_rl.ipynb #15c010
 class WeightReceiver:
@@ -203,38 +202,42 @@ def initial_weights(cfg: Config, data) -> tuple[dict, dict, str]:
         raise C2Error(f"{path} was trained on data {ck['data_key']} but the data dir is {data.manifest['key']}: use the same data settings")
     return dataclasses.asdict(m.cfg), publishable(m.state_dict()), str(path)
 
+RL_CHECKPOINT_KEYS = ("version", "pool", "reconciler", "model_cfg", "model", "opt")
+
 def save_rl_checkpoint(path: Path, ck: dict):
-    "torch.save to a temporary file, then rename: a SIGKILL never leaves a half-written checkpoint."
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(ck, tmp)
-    os.replace(tmp, path)
+    "`torch.save` through `atomic_write`: a kill or a full disk never leaves a half-written checkpoint."
+    atomic_write(path, lambda f: torch.save(ck, f))
 
 def load_rl_checkpoint(path: Path) -> dict | None:
-    "The RL checkpoint at `path`, None if there is none; an unreadable one is a one-line error."
+    "The RL checkpoint at `path`, None if there is none; an unreadable or incomplete one is a one-line error."
     if not path.exists(): return None
-    try: return torch.load(path, map_location="cpu", weights_only=False)
+    try: ck = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
         raise C2Error(f"RL checkpoint {path} is unreadable ({str(e).splitlines()[0][:120]}): delete it to restart the run")
+    missing = [k for k in RL_CHECKPOINT_KEYS if not isinstance(ck, dict) or k not in ck]
+    if missing: raise C2Error(f"{path} is not a complete RL checkpoint (no {', '.join(missing)}): delete it to restart the run")
+    return ck
+
+def _warn(msg: str): print(f"c2: warning: {msg}", file=sys.stderr)
 
 def _cut_jsonl(path: Path, before_step: int):
-    "Keep the lines of a jsonl file whose step is < before_step (rewritten atomically)."
+    "Keep the records of a jsonl file whose step is < before_step (a torn last line dropped with a warning; rewritten atomically)."
     if not path.exists(): return
-    keep = [l for l in path.read_text().splitlines() if l.strip() and json.loads(l)["step"] < before_step]
-    tmp = path.with_name(path.name + ".tmp"); tmp.write_text("".join(l + "\n" for l in keep)); os.replace(tmp, path)
+    atomic_write(path, "".join(json.dumps(x) + "\n" for x in read_jsonl(path, _warn) if x["step"] < before_step))
 
 def _cut_csv(path: Path, before_step: int):
+    "Keep the rows of a metrics csv whose step is < before_step (a torn last row dropped with a warning; rewritten atomically)."
     if not path.exists(): return
-    rows = list(csv.reader(path.open()))
+    rows = list(csv.reader(path.open(newline="")))
     if not rows: return
-    keep = [rows[0]] + [r for r in rows[1:] if r and int(r[0]) < before_step]
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as f: csv.writer(f).writerows(keep)
-    os.replace(tmp, path)
+    whole = lambda r: len(r) == len(rows[0]) and r[0].isdigit()
+    if len(rows) > 1 and not whole(rows[-1]): _warn(f"{path}: dropped a torn last row: its writer was interrupted"); rows.pop()
+    buf = io.StringIO(); csv.writer(buf).writerows([rows[0]] + [r for r in rows[1:] if whole(r) and int(r[0]) < before_step])
+    atomic_write(path, buf.getvalue())
 
 def read_ledger(run: Path) -> list[dict]:
-    "The trained groups of a run, one dict per group (step, prompt_id, versions, rewards...)."
-    p = Path(run) / "ledger.jsonl"
-    return [json.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.exists() else []
+    "The trained groups of a run, one dict per group (step, prompt_id, versions, rewards...); a torn last line is left out."
+    return read_jsonl(Path(run) / "ledger.jsonl")
 
 # %% ../nbs/21_async_rl.ipynb #15c031
 class Preempted(C2Error):
@@ -328,7 +331,7 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
     if ck is not None and ck["pool"] != pool:
         raise C2Error(f"{out / 'checkpoint.pt'} belongs to a run with another prompt pool (other config): set rl.name or delete {out}")
     start = ck["version"] if ck else 0
-    (out / "config.yaml").write_text(to_yaml(cfg))
+    atomic_write(out / "config.yaml", to_yaml(cfg))
     for f in ["ledger.jsonl", "eval.jsonl"]: _cut_jsonl(out / f, start)
     for f in ["metrics.csv", "eval.csv"]: _cut_csv(out / f, start)
     k = r.max_staleness if r.mode == "async" else 0
@@ -460,7 +463,7 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
                     eval_first=evals_run[0] if evals_run else None, eval_last=final_eval,
                     eval_seconds=sum(e["seconds"] for e in evals_run), final_eval_wait_s=final_wait_s,
                     episode_errors=rows[-1]["episode_errors"] if rows else 0)
-        (out / "done.json").write_text(json.dumps(done, indent=1))
+        atomic_write(out / "done.json", json.dumps(done, indent=1))
         return done
     finally:
         if bar is not None: bar.close()

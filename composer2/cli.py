@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_cli.ipynb #05c003
 from __future__ import annotations
-import argparse, json, os, platform, shutil, subprocess, sys, time
+import argparse, errno, json, os, platform, shutil, subprocess, sys, time
 from importlib import metadata
 from pathlib import Path
 from .config import C2Error, load_config, repo_root, to_yaml
@@ -272,6 +272,8 @@ def parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_study_index)
     return ap
 
+_ENV_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}   # the machine's doing, not a bug
+
 def main(argv=None):
     "Entry point of the `c2` console script."
     ap = parser()
@@ -287,3 +289,6 @@ def main(argv=None):
         print(f"c2: {e}", file=sys.stderr); sys.exit(1)
     except KeyboardInterrupt:
         print("c2: interrupted", file=sys.stderr); sys.exit(130)
+    except OSError as e:   # the machine refused a write (permissions, a read-only or full disk): say which file, in one line
+        if e.errno not in _ENV_ERRNOS: raise
+        print(f"c2: error: cannot write {e.filename or 'a file'}: {e.strerror}", file=sys.stderr); sys.exit(2)

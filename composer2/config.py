@@ -11,9 +11,9 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 # %% auto #0
-__all__ = ['EXPERT_BACKENDS', 'C2Error', 'ConfigError', 'opt', 'ModelConfig', 'DataConfig', 'TrainConfig', 'SampleConfig',
-           'PretrainConfig', 'SandboxConfig', 'TasksConfig', 'RewardConfig', 'RLConfig', 'Config', 'validate',
-           'repo_root', 'scales_dir', 'available_scales', 'load_config', 'to_yaml']
+__all__ = ['EXPERT_BACKENDS', 'C2Error', 'ConfigError', 'atomic_write', 'read_jsonl', 'opt', 'ModelConfig', 'DataConfig',
+           'TrainConfig', 'SampleConfig', 'PretrainConfig', 'SandboxConfig', 'TasksConfig', 'RewardConfig', 'RLConfig',
+           'Config', 'validate', 'repo_root', 'scales_dir', 'available_scales', 'load_config', 'to_yaml']
 
 # %% ../nbs/00_config.ipynb #00c004
 class C2Error(Exception):
@@ -21,6 +21,37 @@ class C2Error(Exception):
 
 class ConfigError(C2Error):
     "A bad configuration value, key or file."
+
+# %% ../nbs/00_config.ipynb #69a0fc6a
+def atomic_write(path: Path | str, data):
+    """Write `data` (str, bytes, or a function writing to a binary file, e.g. `lambda f: torch.save(obj, f)`) to `path`
+    through a temporary file in the same folder, fsynced, then renamed over it: a kill or a full disk leaves the old
+    file or the new one, never a torn one (the temporary is removed on failure)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            if callable(data): data(f)
+            else: f.write(data.encode() if isinstance(data, str) else data)
+            f.flush(); os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True); raise
+
+def read_jsonl(path: Path | str, warn=None) -> list[dict]:
+    """The records of a jsonl file that is only ever appended to. A torn last line (the writer was killed mid-line) is
+    dropped, with `warn(message)` if given; a bad line anywhere else is a `C2Error` (the file was damaged otherwise)."""
+    import json
+    path = Path(path)
+    if not path.exists(): return []
+    lines = [l for l in path.read_text(errors="replace").splitlines() if l.strip()]
+    out = []
+    for i, l in enumerate(lines):
+        try: out.append(json.loads(l))
+        except ValueError:
+            if i < len(lines) - 1: raise C2Error(f"{path} line {i + 1} is not JSON: the file is damaged; delete it (and the run's checkpoint) to restart") from None
+            if warn: warn(f"{path}: dropped a torn last line ({len(l)} characters): its writer was interrupted")
+    return out
 
 # %% ../nbs/00_config.ipynb #00c005
 def opt(default, lo=None, hi=None, choices=None, doc=""):

@@ -12,7 +12,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from .config import C2Error, Config, to_yaml
+from .config import C2Error, Config, atomic_write, to_yaml
 from .data import DataDir, PAD_ID, open_data
 from .model import MoETransformer, training_loss
 from .tools import SYSTEM_PROMPT, Message, Transcript, format_tool_call
@@ -266,9 +266,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     "Write to a temporary file, then rename: a killed process never leaves a half-written checkpoint."
     def save_checkpoint(self, checkpoint, path, storage_options=None):
         path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(checkpoint, tmp)
-        os.replace(tmp, path)
+        atomic_write(path, lambda f: torch.save(checkpoint, f))
 
 class StageCallback(Callback):
     "Resumable checkpoints every `every` steps, the mid-stage cut, preemption, and the loss record."

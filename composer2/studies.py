@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 import numpy as np, yaml
-from .config import C2Error, repo_root
+from .config import C2Error, atomic_write, repo_root
 
 # %% auto #0
 __all__ = ['STUDIES', 'SCALES', 'RESERVED', 'LOCAL_SLURM_DIR', 'RESOURCE_KEYS', 'Study', 'studies_dir', 'results_root',
@@ -161,8 +161,7 @@ def _jsonable(o):
     return o
 
 def _write_json(path: Path, obj):
-    tmp = Path(path).with_suffix(".tmp")
-    tmp.write_text(json.dumps(_jsonable(obj), indent=1) + "\n"); os.replace(tmp, path)
+    atomic_write(path, json.dumps(_jsonable(obj), indent=1) + "\n")
 
 def write_results(out_dir, study: str, scale: str, metrics: dict, claims: list[dict], **extra) -> Path:
     "Write `results.json` of a study run: metrics and claims (the runner adds params, versions, device, wall time)."
@@ -377,7 +376,7 @@ def build_index(root=None) -> Path:
         md.append(f"| {thumb} | [{r['study']}]({r['notebook']}) ({r['reproduces']}) | **{r['claim']}**: {stmt} | "
                   f"{_fmt(r['measured'])} | {r['threshold']} | {_verdict(r)} | {r['scale']} | {r['when'][:16].replace('T', ' ')} |")
     if not rows: md.append("| | no results yet: run `make reproduce` | | | | | | |")
-    tmp = root / "index.md.tmp"; tmp.write_text("\n".join(md) + "\n"); os.replace(tmp, root / "index.md")
+    atomic_write(root / "index.md", "\n".join(md) + "\n")
     e = html.escape
     trs = []
     for r in rows:
@@ -402,7 +401,7 @@ Regenerate with <code>make reproduce</code>. A failed run is marked failed, neve
 {chr(10).join(trs) or '<tr><td colspan="8">no results yet: run <code>make reproduce</code></td></tr>'}
 </table></body></html>
 """
-    tmp = root / "index.html.tmp"; tmp.write_text(page); os.replace(tmp, root / "index.html")
+    atomic_write(root / "index.html", page)
     return root / "index.md"
 
 # %% ../nbs/08_studies.ipynb #08c021

@@ -8,7 +8,7 @@ import copy, csv, dataclasses, math, time
 from pathlib import Path
 import numpy as np, torch
 from tqdm.auto import tqdm
-from .config import C2Error, Config, to_yaml
+from .config import C2Error, Config, atomic_write, to_yaml
 from .data import DataDir, eval_windows, random_batch
 from .model import MoETransformer, training_loss
 
@@ -59,9 +59,7 @@ def codebase_nll(model: MoETransformer, tokens: np.ndarray, seq_len: int, batch_
 def save_checkpoint(path: Path, model: MoETransformer, cfg: Config, **extra):
     "Model weights, the resolved config and anything else; written atomically."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(dict(model=model.state_dict(), model_cfg=dataclasses.asdict(model.cfg), config=to_yaml(cfg), **extra), tmp)
-    tmp.replace(path)
+    atomic_write(path, lambda f: torch.save(dict(model=model.state_dict(), model_cfg=dataclasses.asdict(model.cfg), config=to_yaml(cfg), **extra), f))
 
 def load_checkpoint(path, device="cpu") -> tuple[MoETransformer, dict]:
     "Rebuild the model from a checkpoint; a missing or corrupt file is a one-line `C2Error`."

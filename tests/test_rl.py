@@ -1,7 +1,7 @@
 """`c2 rl` through the real CLI: real Ray, real bubblewrap sandboxes, tiny steps. An async and a sync smoke run, a run
-with an episode that raises and one that hangs (injected with C2_FAULTS), a
-SIGKILL after the first checkpoint followed by a rerun that trains every prompt of the pool exactly once, and the
-one-line error when the SFT checkpoint is missing."""
+with an episode that raises and one that hangs (injected with C2_FAULTS), a SIGKILL after the first checkpoint (and a
+torn ledger line) followed by a rerun that trains every prompt of the pool exactly once, and the one-line errors of bad
+state: an incomplete or unreadable checkpoint, an output folder the machine refuses, a missing SFT checkpoint."""
 import csv, json, os, shutil, signal, subprocess, time
 import pytest
 from conftest import C2, ROOT, c2, one_line_error
@@ -66,10 +66,22 @@ def test_async_sigkill_then_rerun_trains_every_prompt_once(smoke_data, tmp_path)
     import torch
     version = torch.load(run / "checkpoint.pt", weights_only=False)["version"]
     assert 1 <= version < 6 and not (run / "done.json").exists() and not list(run.glob("*.tmp"))
+    with (run / "ledger.jsonl").open("a") as f: f.write('{"step": 5, "prompt_id": "syn-tr')   # as if killed mid-line
     r = c2(*args(tmp_path, smoke_data, *extra))
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "dropped a torn last line" in r.stderr
     done = check_run(run, expected_pool(tmp_path, smoke_data, *extra), 6, "async")
     assert done["resumed_from"] == version
+
+def test_bad_state_is_one_line(smoke_data, tmp_path):
+    import torch
+    run = tmp_path / "smoke" / "async"; run.mkdir(parents=True)
+    torch.save({"version": 1, "pool": []}, run / "checkpoint.pt")   # a valid torch file, not a whole RL checkpoint
+    one_line_error(c2(*args(tmp_path, smoke_data)), "not a complete RL checkpoint", "reconciler", "delete it")
+    (run / "checkpoint.pt").write_bytes(b"PK\x03\x04 torn")
+    one_line_error(c2(*args(tmp_path, smoke_data)), "is unreadable", "delete it")
+    # an output folder the machine refuses (EPERM under /sys, even for root)
+    one_line_error(c2(*args("/sys/c2-cannot-write", smoke_data)), "cannot write /sys/c2-cannot-write")
 
 def test_missing_sft_checkpoint_is_one_line(smoke_data, tmp_path):
     r = c2(*args(tmp_path, smoke_data, "rl.init=sft", f"pretrain.runs={tmp_path}/pre"))
