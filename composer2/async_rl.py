@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv, dataclasses, importlib.util, io, json, math, os, random, signal, sys, threading, time
 from pathlib import Path
 import numpy as np, torch
-from .config import C2Error, Config, atomic_write, read_jsonl, to_yaml
+from .config import C2Error, Config, Preempted, atomic_write, read_jsonl, to_yaml
 from .engine import Engine
 from .model import MoETransformer
 from .rollout import Rollouts, rl_context
@@ -16,7 +16,7 @@ from .rl import (Group, Reconciler, apply_delta, best_of_k_curve, delta_stats, m
 
 # %% auto #0
 __all__ = ['RL_CHECKPOINT_KEYS', 'WeightReceiver', 'build_policy', 'TrainerImpl', 'RolloutWorkerImpl', 'run_dir', 'prompt_pool',
-           'sft_checkpoint', 'initial_weights', 'save_rl_checkpoint', 'load_rl_checkpoint', 'read_ledger', 'Preempted',
+           'sft_checkpoint', 'initial_weights', 'save_rl_checkpoint', 'load_rl_checkpoint', 'read_ledger',
            'summarize_eval', 'run_rl']
 
 # %% ../nbs/21_async_rl.ipynb #15c010
@@ -240,9 +240,6 @@ def read_ledger(run: Path) -> list[dict]:
     return read_jsonl(Path(run) / "ledger.jsonl")
 
 # %% ../nbs/21_async_rl.ipynb #15c031
-class Preempted(C2Error):
-    "An RL run stopped on SIGTERM/SIGUSR2 after saving its checkpoint (exit status 75)."
-
 def summarize_eval(results: list[dict], k: int) -> dict:
     "pass@1, best-of-K for K = 1, 2, 4, ... k, mean reward, turns and summaries of `RolloutWorkerImpl.evaluate` results."
     curve = best_of_k_curve([r["solved"] for r in results], None)

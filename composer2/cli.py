@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse, errno, json, os, platform, shutil, subprocess, sys, time
 from importlib import metadata
 from pathlib import Path
-from .config import C2Error, load_config, repo_root, to_yaml
+from .config import C2Error, Preempted, load_config, repo_root, to_yaml
 from .studies import StudyFailed
 
 # %% auto #0
@@ -97,24 +97,20 @@ def cmd_generate(a):
     if s.speculative: print(f"speculative: acceptance {st.acceptance:.2f}, {st.tokens_per_forward:.2f} tokens per forward")
 
 def cmd_pretrain(a):
-    from composer2.pretrain import LEVELS, Preempted, run_stage
+    from composer2.pretrain import LEVELS, run_stage
     cfg = _cfg(a)
     levels = LEVELS if a.stage == "cpt" and a.level == "all" else [a.level]
     for lv in levels:
-        try: r = run_stage(cfg, a.stage, lv)
-        except Preempted as e:
-            print(f"c2: {e}", file=sys.stderr); sys.exit(75)
+        r = run_stage(cfg, a.stage, lv)
         if r.get("skipped"): print(f"stage {r['stage']} is already complete (delete its directory to rerun)")
         f = lambda v: "n/a" if v is None else f"{v:.3f}"
         print(f"{r['stage']}: {r['steps']} steps, {r['tokens']:,} tokens; internal-codebase NLL {f(r['internal_nll'])}, "
               f"val loss {f(r['val_loss'])}, MTP agreement {f(r['mtp_agreement'])}")
 
 def cmd_rl(a):
-    from composer2.async_rl import Preempted, run_dir, run_rl
+    from composer2.async_rl import run_dir, run_rl
     cfg = _cfg(a)
-    try: r = run_rl(cfg)
-    except Preempted as e:
-        print(f"c2: {e}", file=sys.stderr); sys.exit(75)
+    r = run_rl(cfg)
     if r.get("skipped"): print(f"RL run {run_dir(cfg)} is already complete (delete it to rerun)")
     e0, e1 = r.get("eval_first") or {}, r["eval_last"]
     k = e1["k"]
@@ -283,6 +279,8 @@ def main(argv=None):
             ap.error(f"unrecognized arguments: {' '.join(extra)}")
         a.overrides += extra
     try: a.fn(a)
+    except Preempted as e:   # a checkpoint was saved: the same command resumes (75: EX_TEMPFAIL, Slurm requeues on it)
+        print(f"c2: {e}", file=sys.stderr); sys.exit(75)
     except C2Error as e:
         print(f"c2: error: {e}", file=sys.stderr); sys.exit(2)
     except StudyFailed as e:   # the study ran and failed: its log and partial notebook say why

@@ -11,9 +11,10 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 # %% auto #0
-__all__ = ['EXPERT_BACKENDS', 'C2Error', 'ConfigError', 'atomic_write', 'read_jsonl', 'opt', 'ModelConfig', 'DataConfig',
-           'TrainConfig', 'SampleConfig', 'PretrainConfig', 'SandboxConfig', 'TasksConfig', 'RewardConfig', 'RLConfig',
-           'Config', 'validate', 'repo_root', 'scales_dir', 'available_scales', 'load_config', 'to_yaml']
+__all__ = ['EXPERT_BACKENDS', 'C2Error', 'ConfigError', 'Preempted', 'atomic_write', 'read_jsonl', 'opt', 'ModelConfig',
+           'DataConfig', 'TrainConfig', 'SampleConfig', 'PretrainConfig', 'SandboxConfig', 'TasksConfig',
+           'RewardConfig', 'RLConfig', 'Config', 'validate', 'repo_root', 'scales_dir', 'available_scales',
+           'load_config', 'to_yaml']
 
 # %% ../nbs/00_config.ipynb #00c004
 class C2Error(Exception):
@@ -21,6 +22,9 @@ class C2Error(Exception):
 
 class ConfigError(C2Error):
     "A bad configuration value, key or file."
+
+class Preempted(C2Error):
+    "A long job (a pretraining stage, an RL run) stopped on SIGTERM/SIGUSR2 after saving its checkpoint: the same command resumes it. The CLI exits 75."
 
 # %% ../nbs/00_config.ipynb #69a0fc6a
 def atomic_write(path: Path | str, data):

@@ -12,7 +12,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from .config import C2Error, Config, atomic_write, to_yaml
+from .config import C2Error, Config, Preempted, atomic_write, to_yaml
 from .data import DataDir, PAD_ID, open_data
 from .model import MoETransformer, training_loss
 from .tools import SYSTEM_PROMPT, Message, Transcript, format_tool_call
@@ -21,7 +21,7 @@ from .train import build_model, codebase_nll, load_checkpoint, lr_at, save_check
 # %% auto #0
 __all__ = ['STAGES', 'LEVELS', 'PEAK_BF16_FLOPS', 'StagePlan', 'stage_dir', 'stage_plan', 'WindowStream', 'TranscriptStream',
            'render_transcript', 'sft_examples', 'mix_oracle', 'flops_per_token', 'peak_flops', 'PretrainModule',
-           'AtomicCheckpointIO', 'StageCallback', 'read_losses', 'run_stage', 'Preempted']
+           'AtomicCheckpointIO', 'StageCallback', 'read_losses', 'run_stage']
 
 # %% ../nbs/07_pretrain.ipynb #07c006
 STAGES = ["base", "cpt", "mtp", "long", "sft"]
@@ -377,8 +377,5 @@ def run_stage(cfg: Config, stage: str, level: str | None = None, data: DataDir |
     done = dict(stage=plan.name, steps=trainer.global_step, tokens=tokens, seconds=time.time() - t0, resumed_from=start,
                 internal_nll=metrics.get("val/internal_nll"), val_loss=metrics.get("val/loss"),
                 mtp_agreement=metrics.get("val/mtp_agreement"), params=module.model.param_counts())
-    (out / "done.json").write_text(json.dumps(done, indent=1))
+    atomic_write(out / "done.json", json.dumps(done, indent=1))
     return done
-
-class Preempted(C2Error):
-    "A stage stopped on SIGUSR2/SIGTERM after saving its checkpoint (exit status 75)."
