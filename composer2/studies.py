@@ -280,6 +280,8 @@ def run_study(name: str, scale: str = "cpu", out=None, overrides=(), rebuild_ind
     check_out_dir(out, name)
     out.mkdir(parents=True, exist_ok=True)
     resuming = (out / "checkpoint.json").is_file()   # a requeued job: keep the log of the earlier attempt
+    try: last = json.loads((out / "results.json").read_text()).get("wall_time_s")   # what the previous run here took
+    except (OSError, ValueError): last = None
     for stale in ["results.json", f"{name}.ipynb"] + ([] if resuming else [f"{name}.log"]): (out / stale).unlink(missing_ok=True)
     log_path, nb_out = out / f"{name}.log", out / f"{name}.ipynb"
     started = dt.datetime.now(dt.timezone.utc).astimezone()
@@ -287,6 +289,9 @@ def run_study(name: str, scale: str = "cpu", out=None, overrides=(), rebuild_ind
     pm_log = logging.getLogger("papermill"); pm_log.addHandler(handler); pm_log.setLevel(logging.INFO)
     pm_log.propagate = False
     pm_log.info(f"study {name} ({st.reproduces}) at scale {scale} -> {out}; parameters {json.dumps(params)}")
+    if not quiet:
+        took = f"the last run here took {last / 60:.0f} min" if isinstance(last, (int, float)) else "no earlier run here"
+        print(f"{name} ({scale}): started {started:%H:%M}, {took}; log: {log_path}", flush=True)
     env_backup = os.environ.get("MPLBACKEND")
     os.environ["MPLBACKEND"] = "Agg"
     t0, error = time.time(), None

@@ -138,6 +138,7 @@ def test_param_override_and_own_out_dir(tmp_path, smoke):
     assert r.returncode == 0, r.stderr
     res = json.loads((out / "results.json").read_text())
     assert res["params"]["lam"] == 0.003 and len(res["metrics"]["tasks"]) == 9
+    assert f"length_penalty (smoke): started" in r.stdout and "no earlier run here" in r.stdout and f"log: {out}/length_penalty.log" in r.stdout
     assert not (tmp_path / "index.md").exists()      # an --out outside the results root leaves the index alone
     # that dir now belongs to length_penalty
     one_line_error(c2("study", "run", "kl_estimators", "--scale", "smoke", "--out", str(out)),
