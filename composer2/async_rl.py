@@ -4,7 +4,7 @@
 
 # %% ../nbs/21_async_rl.ipynb #15c003
 from __future__ import annotations
-import csv, dataclasses, importlib.util, io, json, math, os, random, signal, sys, threading, time
+import csv, dataclasses, io, json, math, os, random, signal, sys, threading, time
 from pathlib import Path
 import numpy as np, torch
 from .config import C2Error, Config, Preempted, atomic_write, read_jsonl, to_yaml
@@ -13,6 +13,7 @@ from .model import MoETransformer
 from .rollout import Rollouts, rl_context
 from .rl import (Group, Reconciler, apply_delta, best_of_k_curve, delta_stats, make_delta,
                           publishable, rl_step, staleness_histogram)
+from .train import read_torch
 
 # %% auto #0
 __all__ = ['RL_CHECKPOINT_KEYS', 'WeightReceiver', 'build_policy', 'TrainerImpl', 'RolloutWorkerImpl', 'run_dir', 'prompt_pool',
@@ -211,9 +212,7 @@ def save_rl_checkpoint(path: Path, ck: dict):
 def load_rl_checkpoint(path: Path) -> dict | None:
     "The RL checkpoint at `path`, None if there is none; an unreadable or incomplete one is a one-line error."
     if not path.exists(): return None
-    try: ck = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:
-        raise C2Error(f"RL checkpoint {path} is unreadable ({str(e).splitlines()[0][:120]}): delete it to restart the run")
+    ck = read_torch(path, "RL checkpoint", "delete it to restart the run")
     missing = [k for k in RL_CHECKPOINT_KEYS if not isinstance(ck, dict) or k not in ck]
     if missing: raise C2Error(f"{path} is not a complete RL checkpoint (no {', '.join(missing)}): delete it to restart the run")
     return ck
@@ -248,14 +247,14 @@ def summarize_eval(results: list[dict], k: int) -> dict:
                 turns=mean("turns"), summaries=mean("summaries"), n_tasks=len(results), k=k)
 
 class _Log:
-    "metrics.csv (header fixed by the first row written, or by the existing file) and TensorBoard when installed."
+    "metrics.csv (header fixed by the first row written, or by the existing file) and TensorBoard (`tb_dir`)."
     def __init__(self, path: Path, tb_dir: Path | None):
         self.path, self.fields = path, None
         if path.exists() and path.stat().st_size:
             self.fields = next(csv.reader(path.open()))
         self.tb = None
-        if tb_dir is not None and importlib.util.find_spec("tensorboard"):
-            from torch.utils.tensorboard import SummaryWriter
+        if tb_dir is not None:
+            from torch.utils.tensorboard import SummaryWriter   # imported here: it loads TensorFlow's protobufs
             self.tb = SummaryWriter(str(tb_dir))
 
     def write(self, row: dict, prefix: str = "train"):
@@ -283,6 +282,7 @@ def _ray_init(cfg: Config) -> bool:
     "Connect to `rl.address` or start a local Ray; True when we started it (and must shut it down)."
     import logging, ray
     if ray.is_initialized(): return False
+    logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)   # no "install ipywidgets" note in a notebook
     kw = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     # on a loaded machine the raylet's agents can take longer than its default 30 s to come up
     os.environ.setdefault("RAY_raylet_start_wait_time_s", "120")
@@ -310,7 +310,7 @@ def _ray_init(cfg: Config) -> bool:
 def run_rl(cfg: Config, progress: bool = True) -> dict:
     "Run (or resume, or skip if done) the RL run of `cfg`; return its summary."
     import ray
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
     from composer2.data import open_data
     from composer2.suites import load_suite
     r = cfg.rl

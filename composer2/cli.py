@@ -130,9 +130,9 @@ def cmd_reproduce(a):
 
 def cmd_study_list(a):
     from composer2.studies import STUDIES, study_scales
-    w = max(map(len, STUDIES))
+    w, wr = max(map(len, STUDIES)), max(len(s.reproduces) for s in STUDIES.values())
     for s in STUDIES.values():
-        print(f"{s.name:<{w}}  {s.reproduces:<9} scales: {', '.join(study_scales(s.name)):<16}  {s.title}")
+        print(f"{s.name:<{w}}  {s.reproduces:<{wr}}  scales: {', '.join(study_scales(s.name)):<16}  {s.title}")
 
 def cmd_study_run(a):
     from composer2.studies import run_study

@@ -8,7 +8,7 @@ import dataclasses, os
 from dataclasses import dataclass, field
 from pathlib import Path
 from omegaconf import OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 # %% auto #0
 __all__ = ['EXPERT_BACKENDS', 'C2Error', 'ConfigError', 'Preempted', 'atomic_write', 'read_jsonl', 'opt', 'ModelConfig',
@@ -316,19 +316,31 @@ def available_scales() -> list[str]:
     "Names of the scale files."
     return sorted(p.stem for p in scales_dir().glob("*.yaml"))
 
-def _one_line(e: OmegaConfBaseException) -> str:
+def _node(key: str):
+    "The default at a dotted key of `Config` (a section's dataclass, or a value), or None when no such key exists."
+    node = Config()
+    for part in filter(None, key.split(".")):
+        if not dataclasses.is_dataclass(node) or not hasattr(node, part): return None
+        node = getattr(node, part)
+    return node
+
+_TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+def _one_line(e: OmegaConfBaseException, overrides=()) -> str:
+    "An omegaconf error as one line in the config's terms: the key, the value given, and what the key takes."
     key = getattr(e, "full_key", None) or ""
     if isinstance(e, ConfigKeyError):
         parent = key.rsplit(".", 1)[0] if "." in key else ""
-        node = Config()
-        for part in filter(None, parent.split(".")): node = getattr(node, part, None)
+        node = _node(parent)
         allowed = [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else []
         return f"unknown key {key}" + (f" (allowed in {parent or 'the top level'}: {', '.join(allowed)})" if allowed else "")
-    msg = str(e).splitlines()[0]
-    if isinstance(e, ValidationError) and key:
-        t = getattr(e, "ref_type", None) or getattr(e, "object_type", None)
-        return f"{key}: {msg}" + (f" (expected {getattr(t, '__name__', t)})" if t else "")
-    return f"{key + ': ' if key else ''}{msg}"
+    given = {k: v for k, _, v in (o.partition("=") for o in overrides)}
+    default = _node(key) if key else None
+    if key and default is not None and not dataclasses.is_dataclass(default):
+        want = _TYPE_WORDS.get(type(default), type(default).__name__)
+        val = f"{given[key]!r}" if key in given else "the value given"
+        return f"{key}: {val} is not {want} (e.g. {key}={str(default).lower() if isinstance(default, bool) else default})"
+    return f"{key + ': ' if key else ''}{str(e).splitlines()[0]}"
 
 def _read_yaml(path, what):
     p = Path(path)
@@ -344,6 +356,10 @@ def load_config(scale: str = "smoke", path: str | None = None, overrides: list[s
         raise ConfigError(f"unknown scale {scale!r} (choose from {', '.join(names) or 'none found in ' + str(scales_dir())})")
     for o in overrides:
         if "=" not in o: raise ConfigError(f"override {o!r} is not of the form key=value (e.g. model.n_layers=4)")
+        k = o.partition("=")[0]
+        if dataclasses.is_dataclass(sec := _node(k)):
+            raise ConfigError(f"{k or 'the top level'} is a section of the config, not a value: set one of its keys "
+                              f"(e.g. {k}.{dataclasses.fields(sec)[0].name}=...)")
     layers = [_read_yaml(scales_dir() / f"{scale}.yaml", "scale file")]
     if path: layers.append(_read_yaml(path, "config file"))
     try:
@@ -351,7 +367,7 @@ def load_config(scale: str = "smoke", path: str | None = None, overrides: list[s
         merged = OmegaConf.merge(OmegaConf.structured(Config), *layers, {"scale": scale})
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
-        raise ConfigError(_one_line(e)) from None
+        raise ConfigError(_one_line(e, overrides)) from None
     return validate(cfg)
 
 def to_yaml(cfg: Config) -> str:

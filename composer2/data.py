@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 import numpy as np, torch
-from tqdm.auto import tqdm
+from tqdm import tqdm   # the console bar: tqdm.auto would look for ipywidgets in a study kernel
 from .config import C2Error, Config, DataConfig, load_config, repo_root
 
 # %% auto #0
@@ -148,11 +148,11 @@ def _val_names(names: list[str], frac: float) -> set[str]:
     if frac > 0 and not val and len(names) >= 2: val = {min(names, key=lambda n: (_score("val", n), n))}
     return val
 
-def _train_tokenizer(texts: list[str], vocab_size: int, progress: bool):
+def _train_tokenizer(texts: list[str], vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=progress,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,  # its bar prints blank lines off a terminal
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer, length=len(texts))
     return tok
@@ -187,7 +187,7 @@ def build_data(cfg: Config | DataConfig, progress: bool = True, force: bool = Fa
         prose_val = {n for n, k, _ in prose if k in code_val or k in dist_val}
         parts = {"code_train": [t for f, t in code if f.name not in code_val], "code_val": [t for f, t in code if f.name in code_val],
                  "prose_train": [t for n, _, t in prose if n not in prose_val], "prose_val": [t for n, _, t in prose if n in prose_val]}
-        tok = _train_tokenizer(parts["code_train"] + parts["prose_train"], dc.vocab_size, progress)
+        tok = _train_tokenizer(parts["code_train"] + parts["prose_train"], dc.vocab_size)
         tok.save(str(tmp / "tokenizer.json"))
         tokens = {s: _write_shard(tok, parts[s], tmp / f"{s}.bin", s, progress) for s in SPLITS}
         man.update(tokens=tokens, docs={s: len(parts[s]) for s in SPLITS}, vocab_size=tok.get_vocab_size(),

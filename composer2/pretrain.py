@@ -4,19 +4,19 @@
 
 # %% ../nbs/07_pretrain.ipynb #07c003
 from __future__ import annotations
-import ast, copy, dataclasses, importlib.util, json, math, os, signal, subprocess, sys, time
+import ast, copy, dataclasses, json, math, os, signal, subprocess, time
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np, torch
 import lightning as L
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from .config import C2Error, Config, Preempted, atomic_write, to_yaml
 from .data import DataDir, PAD_ID, open_data
 from .model import MoETransformer, training_loss
 from .tools import SYSTEM_PROMPT, Message, Transcript, format_tool_call
-from .train import build_model, codebase_nll, load_checkpoint, lr_at, save_checkpoint
+from .train import build_model, codebase_nll, load_checkpoint, lr_at, read_torch, save_checkpoint
 
 # %% auto #0
 __all__ = ['STAGES', 'LEVELS', 'PEAK_BF16_FLOPS', 'StagePlan', 'stage_dir', 'stage_plan', 'WindowStream', 'TranscriptStream',
@@ -320,10 +320,7 @@ def _trainer(cfg: Config, out: Path, plan: StagePlan, cb: StageCallback, progres
     if "SLURM_JOB_ID" in os.environ:
         from lightning.pytorch.plugins.environments import SLURMEnvironment
         plugins.append(SLURMEnvironment(auto_requeue=False))   # our callback saves; we requeue after exit
-    loggers = [CSVLogger(out, name="logs")]
-    if importlib.util.find_spec("tensorboard"):
-        from lightning.pytorch.loggers import TensorBoardLogger
-        loggers.append(TensorBoardLogger(out, name="tb"))
+    loggers = [CSVLogger(out, name="logs"), TensorBoardLogger(out, name="tb")]
     return L.Trainer(max_steps=plan.steps, accelerator="gpu" if cuda else "cpu", devices=p.devices, num_nodes=p.num_nodes,
                      strategy=p.strategy, precision="bf16-mixed" if cuda and t.dtype == "bfloat16" else "32-true",
                      logger=loggers, callbacks=[cb], plugins=plugins, enable_checkpointing=False, default_root_dir=out,
@@ -343,8 +340,7 @@ def run_stage(cfg: Config, stage: str, level: str | None = None, data: DataDir |
     (out / "config.yaml").write_text(to_yaml(cfg))
     ckpt = out / "last.ckpt"
     if ckpt.exists():
-        try: start = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
-        except Exception as e: raise C2Error(f"checkpoint {ckpt} is unreadable ({str(e).splitlines()[0][:120]}): delete it to restart the stage")
+        start = read_torch(ckpt, hint="delete it to restart the stage").get("global_step", 0)
     else: start = 0
     L.seed_everything(cfg.train.seed, verbose=False)
     internal = data.internal_tokens()[: cfg.train.eval_tokens]

@@ -13,12 +13,14 @@ import numpy as np, yaml
 from .config import C2Error, atomic_write, repo_root
 
 # %% auto #0
-__all__ = ['STUDIES', 'SCALES', 'RESERVED', 'LOCAL_SLURM_DIR', 'RESOURCE_KEYS', 'Study', 'studies_dir', 'results_root',
-           'jobs_dir', 'get_study', 'study_scales', 'notebook_parameters', 'coerce_param', 'split_assignment',
-           'load_scale', 'resolve_params', 'claim', 'write_results', 'load_results', 'save_figure', 'Checkpoint',
-           'paired_bootstrap', 'slope_interval', 'StudyFailed', 'device_info', 'default_out', 'check_out_dir',
-           'run_study', 'index_rows', 'build_index', 'slurm_env', 'use_slurm_env', 'slurm_problem', 'StudyJob',
-           'job_resources', 'expand_sweeps', 'submit_study', 'wait_jobs', 'study_jobs', 'reproduce']
+__all__ = ['STUDIES', 'SCALES', 'RESERVED', 'STUDY_CODE', 'LOCAL_SLURM_DIR', 'RESOURCE_KEYS', 'Study', 'studies_dir',
+           'results_root', 'jobs_dir', 'get_study', 'study_scales', 'notebook_parameters', 'coerce_param',
+           'split_assignment', 'load_scale', 'resolve_params', 'claim', 'write_results', 'load_results', 'save_figure',
+           'Checkpoint', 'paired_bootstrap', 'slope_interval', 'StudyFailed', 'device_info', 'default_out',
+           'check_out_dir', 'provenance', 'is_stale', 'cell_seconds', 'CellProgress', 'clean_notebook', 'render_html',
+           'run_study', 'index_rows', 'scale_label', 'code_label', 'build_index', 'slurm_env', 'use_slurm_env',
+           'slurm_problem', 'StudyJob', 'job_resources', 'expand_sweeps', 'submit_study', 'wait_jobs', 'study_jobs',
+           'reproduce_plan', 'reproduce']
 
 # %% ../nbs/08_studies.ipynb #08c005
 @dataclass(frozen=True)
@@ -239,18 +241,12 @@ def device_info() -> str:
         except (OSError, subprocess.TimeoutExpired): pass
     return f"cpu ({cpu})"
 
-def _git_commit():
-    try:
-        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo_root(), capture_output=True, text=True, timeout=5)
-        return r.stdout.strip() or None
-    except (OSError, subprocess.TimeoutExpired): return None
-
 def default_out(name: str, scale: str) -> Path:
     "`results_root()/NAME/SCALE`."
     return results_root() / name / scale
 
 def check_out_dir(out: Path, name: str):
-    "Refuse an output dir that is a file or holds another study's results."
+    "Refuse an output dir that is a file, holds another study's results, or holds files of something else (a training run)."
     out = Path(out)
     if out.exists() and not out.is_dir(): raise C2Error(f"output dir {out} is a file")
     if not out.is_dir(): return
@@ -263,6 +259,10 @@ def check_out_dir(out: Path, name: str):
         other = next((p.stem for p in out.glob("*.ipynb") if p.stem in STUDIES and p.stem != name), None)
     if other and other != name:
         raise C2Error(f"output dir {out} holds results of study {other!r}: choose another --out")
+    ours = {"results.json", "checkpoint.json", f"{name}.ipynb", f"{name}.log"}
+    if any(out.iterdir()) and not any((out / f).is_file() for f in ours):
+        raise C2Error(f"output dir {out} holds other files ({', '.join(sorted(p.name for p in out.iterdir())[:3])}, ...): "
+                      "a study writes into a new or empty folder, or one of its own earlier runs")
 
 def _kernel_name() -> str:
     from jupyter_client.kernelspec import KernelSpecManager
@@ -272,6 +272,89 @@ def _under(path: Path, root: Path) -> bool:
     try: Path(path).resolve().relative_to(root.resolve()); return True
     except ValueError: return False
 
+# %% ../nbs/08_studies.ipynb #b1b6e00f
+STUDY_CODE = ("composer2", "studies/{name}.ipynb", "studies/configs/{name}")   # what a study's results depend on
+
+def _git(*args, root=None) -> subprocess.CompletedProcess | None:
+    try: return subprocess.run(["git", *args], cwd=root or repo_root(), capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired): return None
+
+def provenance(root=None) -> dict:
+    """The commit the checkout is at and whether its files differ from it (`dirty`: a tracked change or a new
+    file outside `studies/results`); both None outside a git checkout. Every `results.json` carries them."""
+    r = _git("rev-parse", "--short", "HEAD", root=root)
+    if r is None or r.returncode != 0: return {"commit": None, "dirty": None}
+    s = _git("status", "--porcelain", "--", ".", ":(exclude)studies/results", root=root)
+    return {"commit": r.stdout.strip(), "dirty": None if s is None or s.returncode != 0 else bool(s.stdout.strip())}
+
+def is_stale(res: dict, root=None) -> bool | None:
+    """Whether the code a result came from has changed since: the library, the study's notebook or its configs differ
+    between the result's commit and the checkout. None when that cannot be told (no commit recorded, no git)."""
+    name, commit = res.get("study"), res.get("commit")
+    if not name or not commit: return None
+    r = _git("diff", "--quiet", commit, "--", *[p.format(name=name) for p in STUDY_CODE], root=root)
+    return None if r is None or r.returncode not in (0, 1) else r.returncode == 1
+
+# %% ../nbs/08_studies.ipynb #44dfc0cc
+def cell_seconds(nb_path) -> list[float] | None:
+    "Seconds each cell took in a notebook papermill executed (its per-cell metadata), or None when it has none."
+    try: cells = json.loads(Path(nb_path).read_text())["cells"]
+    except (OSError, ValueError, KeyError): return None
+    secs = [c.get("metadata", {}).get("papermill", {}).get("duration") for c in cells]
+    return [float(s or 0) for s in secs] if any(secs) else None
+
+class CellProgress(logging.Handler):
+    """A terminal bar over a study's cells, fed by papermill's "Executing Cell N" log records: it counts in the
+    previous run's seconds per cell when `expected` has one entry per cell (so time left is an estimate at this
+    machine's pace), else in cells."""
+    def __init__(self, desc: str, n_cells: int, expected: list[float] | None = None, disable: bool = False):
+        super().__init__()
+        from tqdm import tqdm
+        self.n = n_cells
+        self.cum = np.cumsum([0.0] + list(expected)) if expected and len(expected) == n_cells else None
+        fmt = ("{desc}: {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]" if self.cum is not None
+               else "{desc}: {n_fmt}/{total_fmt} cells|{bar}| [{elapsed}]")
+        self.bar = tqdm(total=round(self.cum[-1], 1) if self.cum is not None else n_cells, desc=desc, bar_format=fmt,
+                        disable=disable, dynamic_ncols=True, file=sys.stderr)
+    def emit(self, record):
+        m = re.match(r"Executing Cell (\d+)", record.getMessage())
+        if not m: return
+        i = min(int(m.group(1)) - 1, self.n)   # cells finished before this one
+        self.bar.n = round(self.cum[i], 1) if self.cum is not None else i
+        self.bar.set_postfix_str(f"cell {i + 1}/{self.n}", refresh=True)
+    def close(self):
+        if self.bar.total: self.bar.n = self.bar.total
+        self.bar.close(); super().close()
+
+# %% ../nbs/08_studies.ipynb #7f653beb
+def clean_notebook(nb_path, root=None):
+    """Make an executed notebook portable: papermill's input/output paths relative to the checkout, and this machine's
+    absolute paths in outputs (the checkout, the venv's site-packages) shortened."""
+    nb_path, root = Path(nb_path), Path(root or repo_root()).resolve()
+    nb = json.loads(nb_path.read_text())
+    site = next((p for p in sys.path if p.endswith("site-packages")), None)
+    subs = [(s.rstrip("/") + "/", r) for s, r in ([(site, "site-packages/")] if site else []) + [(str(root), "")]]
+    def fix(t: str) -> str:
+        for a, b in subs: t = t.replace(a, b)
+        return t
+    pm = nb.get("metadata", {}).get("papermill", {})
+    for k in ("input_path", "output_path"):
+        if isinstance(pm.get(k), str): pm[k] = fix(pm[k])
+    for c in nb["cells"]:
+        for o in c.get("outputs", []):
+            if "text" in o: o["text"] = [fix(t) for t in o["text"]] if isinstance(o["text"], list) else fix(o["text"])
+            if "traceback" in o: o["traceback"] = [fix(t) for t in o["traceback"]]
+    atomic_write(nb_path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+
+def render_html(nb_path) -> Path:
+    "The notebook as a static HTML page beside it (nbconvert's lab template, figures inline), for reading in a browser."
+    from nbconvert import HTMLExporter
+    body, _ = HTMLExporter().from_filename(str(nb_path))
+    out = Path(nb_path).with_suffix(".html")
+    atomic_write(out, body)
+    return out
+
+# %% ../nbs/08_studies.ipynb #44b7031a
 def run_study(name: str, scale: str = "cpu", out=None, overrides=(), rebuild_index: bool | None = None, quiet: bool = False) -> dict:
     "Execute one study with papermill into `out` (default `results_root()/NAME/SCALE`); return its `results.json`."
     st = get_study(name)
@@ -282,7 +365,9 @@ def run_study(name: str, scale: str = "cpu", out=None, overrides=(), rebuild_ind
     resuming = (out / "checkpoint.json").is_file()   # a requeued job: keep the log of the earlier attempt
     try: last = json.loads((out / "results.json").read_text()).get("wall_time_s")   # what the previous run here took
     except (OSError, ValueError): last = None
-    for stale in ["results.json", f"{name}.ipynb"] + ([] if resuming else [f"{name}.log"]): (out / stale).unlink(missing_ok=True)
+    expected = cell_seconds(out / f"{name}.ipynb")   # the previous run's seconds per cell, for the bar's time left
+    for stale in ["results.json", f"{name}.ipynb", f"{name}.html"] + ([] if resuming else [f"{name}.log"]):
+        (out / stale).unlink(missing_ok=True)
     log_path, nb_out = out / f"{name}.log", out / f"{name}.ipynb"
     started = dt.datetime.now(dt.timezone.utc).astimezone()
     handler = logging.FileHandler(log_path); handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -292,6 +377,8 @@ def run_study(name: str, scale: str = "cpu", out=None, overrides=(), rebuild_ind
     if not quiet:
         took = f"the last run here took {last / 60:.0f} min" if isinstance(last, (int, float)) else "no earlier run here"
         print(f"{name} ({scale}): started {started:%H:%M}, {took}; log: {log_path}", flush=True)
+    n_cells = len(json.loads(st.notebook.read_text())["cells"]) + 1   # + the parameters cell papermill injects
+    bar = CellProgress(f"{name} ({scale})", n_cells, expected, disable=quiet); pm_log.addHandler(bar)
     env_backup = os.environ.get("MPLBACKEND")
     os.environ["MPLBACKEND"] = "Agg"
     t0, error = time.time(), None
@@ -310,15 +397,20 @@ def run_study(name: str, scale: str = "cpu", out=None, overrides=(), rebuild_ind
     finally:
         if env_backup is None: os.environ.pop("MPLBACKEND", None)
         else: os.environ["MPLBACKEND"] = env_backup
+        pm_log.removeHandler(bar); bar.close()
     wall = time.time() - t0
+    page = None
+    if nb_out.is_file():
+        try: clean_notebook(nb_out); page = render_html(nb_out).name
+        except Exception as e: pm_log.warning(f"could not render {nb_out.name} to HTML: {type(e).__name__}: {e}")
     res_path = out / "results.json"
     if error is None and not res_path.is_file(): error = "the notebook finished without writing results.json"
     res = load_results(out) if error is None else {"study": name, "scale": scale, "metrics": {}, "claims": []}
     if error is None and res.get("study") != name: error = f"results.json names study {res.get('study')!r}"
     res.update(status="failed" if error else "ok", error=error, params=params, versions=_versions(), device=device_info(),
-               commit=_git_commit(), started=started.isoformat(timespec="seconds"),
+               **provenance(), started=started.isoformat(timespec="seconds"),
                finished=dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds"),
-               wall_time_s=round(wall, 2), notebook=nb_out.name, log=log_path.name,
+               wall_time_s=round(wall, 2), notebook=nb_out.name, html=page, log=log_path.name,
                figures=sorted(p.name for p in out.glob("*.png")))
     if not error: res.pop("error")
     _write_json(res_path, res)
@@ -349,9 +441,10 @@ def index_rows(root) -> list[dict]:
         d = res_path.parent
         rel = d.relative_to(root).as_posix()
         st = STUDIES.get(res.get("study"))
-        base = {"study": res.get("study"), "reproduces": st.reproduces if st else "", "scale": res.get("scale", d.name),
-                "when": res.get("finished", ""), "dir": rel, "notebook": f"{rel}/{res.get('notebook', '')}",
-                "device": res.get("device", "")}
+        page = res.get("html") if res.get("html") and (d / res["html"]).is_file() else res.get("notebook", "")
+        base = {"study": res.get("study"), "reproduces": st.reproduces if st else "",
+                "scale": scale_label(res.get("scale", d.name), res.get("device", "")), "when": res.get("finished", ""),
+                "dir": rel, "notebook": f"{rel}/{page}", "device": res.get("device", ""), "code": code_label(res)}
         figs = res.get("figures") or []
         if res.get("status") != "ok":
             rows.append({**base, "claim": "(the study failed)", "statement": res.get("error") or "failed", "measured": None,
@@ -364,6 +457,16 @@ def index_rows(root) -> list[dict]:
                          "thumb": f"{rel}/{fig}.png" if fig and (d / f"{fig}.png").is_file() else None})
     return rows
 
+def scale_label(scale: str, device: str) -> str:
+    "The scale as the index shows it: a gpu-scale run that ran on a CPU says so, so the name never implies a device."
+    return f"{scale} (ran on CPU)" if scale == "gpu" and str(device).startswith("cpu") else scale
+
+def code_label(res: dict) -> str:
+    "`abc1234`, with `dirty` when the checkout had uncommitted changes and `stale` when the code changed since."
+    if not res.get("commit"): return "unknown"
+    flags = (["dirty"] if res.get("dirty") else []) + (["stale"] if is_stale(res) else [])
+    return res["commit"] + (f" ({', '.join(flags)})" if flags else "")
+
 def _verdict(r): return "FAILED" if r["status"] != "ok" else ("holds" if r["holds"] else "does not hold")
 
 def build_index(root=None) -> Path:
@@ -373,14 +476,15 @@ def build_index(root=None) -> Path:
     md = ["# Study results", "",
           "Each row is one claim of the Composer 2 report, the value a study measured for it, and whether it holds at that",
           "scale. Regenerate with `make reproduce` (or `c2 study run NAME --scale S`); figures are drawn from each run's",
-          "`results.json`. A failed run is marked failed, never as holding.", "",
-          "| figure | study | claim | measured | threshold | holds | scale | when |", "|---|---|---|---|---|---|---|---|"]
+          "`results.json`. A failed run is marked failed, never as holding. *code* is the commit a run came from: *dirty*",
+          "when the checkout had uncommitted changes, *stale* when the library or the study changed since.", "",
+          "| figure | study | claim | measured | threshold | holds | scale | when | code |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         thumb = f'<a href="{r["thumb"]}"><img src="{r["thumb"]}" width="160"></a>' if r["thumb"] else ""
         stmt = r["statement"].replace("|", "\\|")
         md.append(f"| {thumb} | [{r['study']}]({r['notebook']}) ({r['reproduces']}) | **{r['claim']}**: {stmt} | "
-                  f"{_fmt(r['measured'])} | {r['threshold']} | {_verdict(r)} | {r['scale']} | {r['when'][:16].replace('T', ' ')} |")
-    if not rows: md.append("| | no results yet: run `make reproduce` | | | | | | |")
+                  f"{_fmt(r['measured'])} | {r['threshold']} | {_verdict(r)} | {r['scale']} | {r['when'][:16].replace('T', ' ')} | {r['code']} |")
+    if not rows: md.append("| | no results yet: run `make reproduce` | | | | | | | |")
     atomic_write(root / "index.md", "\n".join(md) + "\n")
     e = html.escape
     trs = []
@@ -390,7 +494,7 @@ def build_index(root=None) -> Path:
         trs.append(f'<tr class="{cls}"><td>{thumb}</td><td><a href="{e(r["notebook"])}">{e(str(r["study"]))}</a><br>'
                    f'<small>{e(r["reproduces"])}</small></td><td><b>{e(r["claim"])}</b><br>{e(r["statement"])}</td>'
                    f'<td>{e(_fmt(r["measured"]))}</td><td>{e(r["threshold"])}</td><td>{e(_verdict(r))}</td>'
-                   f'<td>{e(str(r["scale"]))}</td><td>{e(r["when"][:16].replace("T", " "))}<br><small>{e(r["device"])}</small></td></tr>')
+                   f'<td>{e(str(r["scale"]))}</td><td>{e(r["when"][:16].replace("T", " "))}<br><small>{e(r["device"])}</small></td><td>{e(r["code"])}</td></tr>')
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>composer2: study results</title>
 <style>
@@ -401,9 +505,10 @@ tr.nothold td:nth-child(6), tr.failed td:nth-child(6) {{ color: #b00020; font-we
 </style></head><body>
 <h1>Study results</h1>
 <p>Each row is one claim of the Composer 2 report, the value a study measured for it, and whether it holds at that scale.
-Regenerate with <code>make reproduce</code>. A failed run is marked failed, never as holding.</p>
-<table><tr><th>figure</th><th>study</th><th>claim</th><th>measured</th><th>threshold</th><th>holds</th><th>scale</th><th>when</th></tr>
-{chr(10).join(trs) or '<tr><td colspan="8">no results yet: run <code>make reproduce</code></td></tr>'}
+Regenerate with <code>make reproduce</code>. A failed run is marked failed, never as holding. <i>code</i> is the commit a run
+came from: <i>dirty</i> when the checkout had uncommitted changes, <i>stale</i> when the library or the study changed since.</p>
+<table><tr><th>figure</th><th>study</th><th>claim</th><th>measured</th><th>threshold</th><th>holds</th><th>scale</th><th>when</th><th>code</th></tr>
+{chr(10).join(trs) or '<tr><td colspan="9">no results yet: run <code>make reproduce</code></td></tr>'}
 </table></body></html>
 """
     atomic_write(root / "index.html", page)
@@ -565,6 +670,21 @@ def study_jobs(limit: int | None = 20) -> list[dict]:
     for r in recs: r["state"] = slurm[r["job_id"]] if r["executor"] == "slurm" else _local_state(r)
     return recs
 
+# %% ../nbs/08_studies.ipynb #1c687509
+def reproduce_plan(scale: str = "cpu") -> str:
+    """What `reproduce` is about to do, in words: each study with the minutes its last run at this scale took (from
+    its `results.json` under `results_root()`), the total, and where the results go."""
+    parts, total, unknown = [], 0.0, 0
+    for n in STUDIES:
+        try: wall = json.loads((default_out(n, scale) / "results.json").read_text()).get("wall_time_s")
+        except (OSError, ValueError): wall = None
+        if isinstance(wall, (int, float)): parts.append(f"{n} ~{max(wall / 60, 1):.0f} min"); total += wall
+        else: parts.append(f"{n} (never run here)"); unknown += 1
+    est = f"~{max(total / 60, 1):.0f} min in all" + (f" plus {unknown} never run here" if unknown else "")
+    where = results_root()
+    note = " (the committed results: they are replaced)" if where == (studies_dir() / "results").resolve() else ""
+    return f"{len(STUDIES)} studies at scale {scale}: {', '.join(parts)}; {est}, timed by their last runs. Results go to {where}{note}."
+
 # %% ../nbs/08_studies.ipynb #08c029
 def reproduce(scale: str = "cpu", executor: str = "local") -> list[str]:
     "Run every study at `scale` (locally or on Slurm), rebuild the index; return the names of the studies that failed."
@@ -572,6 +692,7 @@ def reproduce(scale: str = "cpu", executor: str = "local") -> list[str]:
         if scale not in study_scales(n): raise C2Error(f"unknown scale {scale!r} for study {n} (choose from {', '.join(study_scales(n))})")
     if executor not in ("local", "slurm"): raise C2Error(f"unknown executor {executor!r} (choose from local, slurm)")
     if executor == "slurm" and (p := slurm_problem()): raise C2Error(f"--executor slurm: {p}")
+    print(reproduce_plan(scale), flush=True)
     failed = []
     if executor == "local":
         for n in STUDIES:

@@ -4,16 +4,16 @@
 
 # %% ../nbs/04_train.ipynb #04c003
 from __future__ import annotations
-import copy, csv, dataclasses, math, time
+import copy, csv, dataclasses, math, time, zipfile
 from pathlib import Path
 import numpy as np, torch
-from tqdm.auto import tqdm
+from tqdm import tqdm   # the console bar: tqdm.auto would look for ipywidgets in a study kernel
 from .config import C2Error, Config, atomic_write, to_yaml
 from .data import DataDir, eval_windows, random_batch
 from .model import MoETransformer, training_loss
 
 # %% auto #0
-__all__ = ['pick_device', 'build_model', 'lr_at', 'codebase_nll', 'save_checkpoint', 'load_checkpoint', 'train']
+__all__ = ['pick_device', 'build_model', 'lr_at', 'codebase_nll', 'save_checkpoint', 'read_torch', 'load_checkpoint', 'train']
 
 # %% ../nbs/04_train.ipynb #04c004
 def pick_device(name: str = "auto") -> torch.device:
@@ -61,13 +61,22 @@ def save_checkpoint(path: Path, model: MoETransformer, cfg: Config, **extra):
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda f: torch.save(dict(model=model.state_dict(), model_cfg=dataclasses.asdict(model.cfg), config=to_yaml(cfg), **extra), f))
 
+def read_torch(path, what: str = "checkpoint", hint: str = "", device="cpu"):
+    """`torch.load` a file we saved; one that cannot be read is a one-line `C2Error` naming it (`hint` says what to do),
+    in words rather than pickle's: `torch.save` writes a zip archive, so anything else is not a checkpoint at all."""
+    path = Path(path)
+    why = None if zipfile.is_zipfile(path) else "it is not a PyTorch checkpoint (a truncated or different file)"
+    if why is None:
+        try: return torch.load(path, map_location=device, weights_only=False)
+        except Exception as e: why = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+    raise C2Error(f"{what} {path} is unreadable: {why}" + (f"; {hint}" if hint else ""))
+
 def load_checkpoint(path, device="cpu") -> tuple[MoETransformer, dict]:
     "Rebuild the model from a checkpoint; a missing or corrupt file is a one-line `C2Error`."
     from composer2.config import ModelConfig
     path = Path(path)
     if not path.is_file(): raise C2Error(f"checkpoint not found: {path}")
-    try: ck = torch.load(path, map_location=device, weights_only=False)
-    except Exception as e: raise C2Error(f"checkpoint {path} is unreadable: {str(e).splitlines()[0][:200]}")
+    ck = read_torch(path, device=device)
     if not isinstance(ck, dict) or "model" not in ck: raise C2Error(f"checkpoint {path} holds no model weights")
     model = MoETransformer(ModelConfig(**ck["model_cfg"]))
     model.load_state_dict(ck["model"])

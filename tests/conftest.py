@@ -46,4 +46,5 @@ def smoke_data(tmp_path_factory):
     d = tmp_path_factory.mktemp("data")
     r = c2("data", "build", "--scale", "smoke", f"data.dir={d}")
     assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() and "" not in r.stdout.strip().splitlines()   # its summary, no stray blank lines
     return d

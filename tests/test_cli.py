@@ -19,7 +19,8 @@ def test_info_reports_versions_and_real_parts():
 
 @pytest.mark.parametrize("override,fragments", [
     ("model.bogus=1", ["unknown key model.bogus", "allowed in model"]),
-    ("model.d_model=wide", ["model.d_model"]),
+    ("model.d_model=wide", ["model.d_model: 'wide' is not an integer (e.g. model.d_model="]),
+    ("model=3", ["model is a section of the config, not a value", "model.vocab_size="]),
     ("model.gate=relu", ["model.gate", "softmax, sigmoid"]),
     ("train.lr=-1", ["train.lr", "out of range"]),
     ("model.n_heads=5", ["model.n_heads", "multiple of model.n_kv_heads"]),
@@ -27,6 +28,7 @@ def test_info_reports_versions_and_real_parts():
 ])
 def test_bad_config_is_one_line(override, fragments):
     one_line_error(c2("config", "--scale", "smoke", override), *fragments)
+    assert "ModelConfig" not in c2("config", "--scale", "smoke", override).stderr   # no class names of ours
 
 def test_unknown_scale_and_missing_file():
     one_line_error(c2("config", "--scale", "enormous"), "unknown scale 'enormous'", "smoke")
@@ -60,9 +62,9 @@ def test_fresh_data_to_trained_model_generating(smoke_data, tmp_path):
     one_line_error(c2("generate", "--scale", "smoke", f"data.dir={smoke_data}", "--checkpoint", str(tmp_path / "nope.pt")),
                    "checkpoint not found")
 
-def test_reproduce_without_studies_says_so():
+def test_study_list_names_every_study_in_aligned_columns():
+    from composer2.studies import STUDIES
     r = c2("study", "list")
-    assert r.returncode == 0
-    if "no studies" in r.stdout:
-        r = c2("reproduce")
-        assert r.returncode == 0 and "no studies are registered" in r.stdout
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and [l.split()[0] for l in lines] == list(STUDIES)
+    assert len({l.index("scales:") for l in lines}) == 1, r.stdout   # one column, however long "Figure 2 (right)" is
