@@ -80,6 +80,9 @@ def cmd_train(a):
     print(f"trained {res['steps']} steps, {res['tokens']:,} tokens in {res['seconds']:.0f}s ({res['tokens_per_s']:,.0f} tok/s on {res['device']}); "
           f"{p['total']:,} params, {p['active']:,} active")
     print(f"internal-codebase NLL: {res['initial_internal_nll']:.3f} -> {res['final_internal_nll']:.3f} nats/token")
+    if res["stopped_early"]:
+        print(f"stopped early: the train.minutes={cfg.train.minutes:g} budget ended the run after {res['steps']} of "
+              f"{res['planned_steps']} steps, before the learning-rate schedule (sized for {res['planned_steps']}) decayed")
     print(f"checkpoint: {res['checkpoint']}")
 
 def cmd_generate(a):

@@ -84,7 +84,9 @@ def load_checkpoint(path, device="cpu") -> tuple[MoETransformer, dict]:
 
 # %% ../nbs/04_train.ipynb #04c009
 def train(cfg: Config, data: DataDir, out: str | Path | None = None, progress: bool = True) -> dict:
-    "Train on the code shards; evaluate internal-codebase NLL before, every `eval_every` steps and at the end."
+    """Train on the code shards; evaluate internal-codebase NLL before, every `eval_every` steps and at the end. The
+    schedule is sized to `train.steps`; a `train.minutes` budget that cuts the run short is reported (`stopped_early`),
+    since the learning rate then never finished decaying and the result depends on the machine's speed."""
     t = cfg.train
     torch.manual_seed(t.seed)
     dev = pick_device(t.device)
@@ -131,6 +133,7 @@ def train(cfg: Config, data: DataDir, out: str | Path | None = None, progress: b
         history.append(dict(step=step, internal_nll=codebase_nll(model, internal, seq)["nll"], tokens=tokens_seen))
     elapsed = time.time() - start
     save_checkpoint(out / "last.pt", model, cfg, step=step, data_key=data.manifest["key"])
-    return dict(steps=step, tokens=tokens_seen, seconds=elapsed, tokens_per_s=tokens_seen / max(elapsed, 1e-9),
+    return dict(steps=step, planned_steps=t.steps, stopped_early=step < t.steps, tokens=tokens_seen, seconds=elapsed,
+                tokens_per_s=tokens_seen / max(elapsed, 1e-9),
                 initial_internal_nll=history[0]["internal_nll"], final_internal_nll=history[-1]["internal_nll"],
                 history=history, params=model.param_counts(), checkpoint=str(out / "last.pt"), device=str(dev))

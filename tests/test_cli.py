@@ -47,13 +47,19 @@ def test_unreadable_tokenizer(smoke_data, tmp_path):
     tok.write_text("{ this is not a tokenizer")
     one_line_error(c2("train", "--scale", "smoke", f"data.dir={broken}"), "tokenizer", str(tok))
 
+def test_a_time_budget_that_cuts_training_short_says_so(smoke_data, tmp_path):
+    r = c2("train", "--scale", "smoke", f"data.dir={smoke_data}", "train.steps=100000", "train.minutes=0.02", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"stopped early: the train.minutes=0.02 budget ended the run after (\d+) of 100000 steps", r.stdout)
+    assert m and 0 < int(m.group(1)) < 100000, r.stdout
+
 def test_fresh_data_to_trained_model_generating(smoke_data, tmp_path):
     r = c2("train", "--scale", "smoke", f"data.dir={smoke_data}", "train.steps=40", "--out", str(tmp_path / "run"))
     assert r.returncode == 0, r.stderr
     before, after = map(float, re.search(r"internal-codebase NLL: ([\d.]+) -> ([\d.]+)", r.stdout).groups())
     assert after < before - 0.5, r.stdout
     ck = tmp_path / "run" / "last.pt"
-    assert ck.is_file() and (tmp_path / "run" / "metrics.csv").read_text().count("\n") == 41
+    assert ck.is_file() and (tmp_path / "run" / "metrics.csv").read_text().count("\n") == 41 and "stopped early" not in r.stdout
     for spec in ["false", "true"]:
         g = c2("generate", "--scale", "smoke", f"data.dir={smoke_data}", "--checkpoint", str(ck), "--prompt", "def ",
                "-n", "2", "sample.max_new_tokens=12", f"sample.speculative={spec}")
