@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_studies.ipynb #08c003
 from __future__ import annotations
-import ast, contextlib, dataclasses, datetime as dt, html, json, logging, math, os, pickle, platform, re, secrets
+import ast, contextlib, dataclasses, datetime as dt, hashlib, html, json, logging, math, os, pickle, platform, re, secrets
 import shutil, subprocess, sys, time
 from dataclasses import dataclass
 from importlib import metadata
@@ -16,11 +16,11 @@ from .config import C2Error, atomic_write, repo_root
 __all__ = ['STUDIES', 'SCALES', 'RESERVED', 'STUDY_CODE', 'LOCAL_SLURM_DIR', 'RESOURCE_KEYS', 'Study', 'studies_dir',
            'results_root', 'jobs_dir', 'get_study', 'study_scales', 'notebook_parameters', 'coerce_param',
            'split_assignment', 'load_scale', 'resolve_params', 'claim', 'write_results', 'load_results', 'save_figure',
-           'Checkpoint', 'paired_bootstrap', 'slope_interval', 'StudyFailed', 'device_info', 'default_out',
-           'check_out_dir', 'provenance', 'is_stale', 'cell_seconds', 'CellProgress', 'clean_notebook', 'render_html',
-           'run_study', 'index_rows', 'scale_label', 'code_label', 'build_index', 'slurm_env', 'use_slurm_env',
-           'slurm_problem', 'StudyJob', 'job_resources', 'expand_sweeps', 'submit_study', 'wait_jobs', 'study_jobs',
-           'reproduce_plan', 'reproduce']
+           'Checkpoint', 'paired_bootstrap', 'slope_interval', 'run_key', 'study_runs', 'StudyFailed', 'device_info',
+           'default_out', 'check_out_dir', 'provenance', 'is_stale', 'cell_seconds', 'CellProgress', 'clean_notebook',
+           'render_html', 'run_study', 'index_rows', 'scale_label', 'code_label', 'build_index', 'slurm_env',
+           'use_slurm_env', 'slurm_problem', 'StudyJob', 'job_resources', 'expand_sweeps', 'submit_study', 'wait_jobs',
+           'study_jobs', 'reproduce_plan', 'reproduce']
 
 # %% ../nbs/08_studies.ipynb #08c005
 @dataclass(frozen=True)
@@ -219,6 +219,22 @@ def slope_interval(x, y, level: float = 0.95) -> dict:
     r = stats.linregress(x, y)
     h = stats.t.ppf((1 + level) / 2, len(x) - 2) * r.stderr
     return dict(slope=float(r.slope), lo=float(r.slope - h), hi=float(r.slope + h), n=len(x), level=level)
+
+# %% ../nbs/08_studies.ipynb #b0c7e1a1
+def run_key(*parts) -> str:
+    "A short stable hash of JSON-able `parts`: the name of a run made from exactly these settings."
+    return hashlib.sha256(json.dumps(list(parts), default=str).encode()).hexdigest()[:12]
+
+def study_runs(name: str, key: str) -> Path:
+    """Where study `name` keeps the training runs made from the settings hashed in `key` (`run_key`):
+    `$C2_RUNS/studies/NAME/KEY`, else `runs/studies/NAME/KEY` of the checkout. One place for every output folder of the
+    study -- a sweep's arms, a rerun into another `--out` -- so a pretraining stage or an RL run is trained once per
+    settings and a killed one resumes. Keys hold settings, not code: after changing the library, delete the folder to
+    retrain."""
+    get_study(name)
+    root = Path(os.environ["C2_RUNS"]).expanduser() if os.environ.get("C2_RUNS") else repo_root() / "runs"
+    return (root / "studies" / name / key).resolve()
+
 
 # %% ../nbs/08_studies.ipynb #08c014
 class StudyFailed(Exception):

@@ -1,12 +1,14 @@
 """Shared pytest setup. Under CI (CI=true) a skipped test is a failure: a real part that is missing there
 (Slurm, bubblewrap, ...) must be installed by the project's own setup, not silently skipped."""
-import os, subprocess, sys
+import os, subprocess, sys, tempfile
 from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 C2 = str(Path(sys.executable).parent / "c2")
 IN_CI = os.environ.get("CI") == "true"
+# the studies' run cache (stages, RL runs) of this test session: never the checkout's runs/, never reused across sessions
+RUNS = tempfile.mkdtemp(prefix="c2-test-runs-")
 
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", help="also run tests marked slow")
@@ -30,7 +32,7 @@ def pytest_runtest_makereport(item, call):
 
 def c2(*args, env=None, timeout=600):
     "Run the real `c2` console script; return the CompletedProcess."
-    e = dict(os.environ, **(env or {}))
+    e = dict(os.environ, **{"C2_RUNS": RUNS, **(env or {})})
     return subprocess.run([C2, *args], capture_output=True, text=True, timeout=timeout, env=e, cwd=ROOT)
 
 def one_line_error(r, *fragments):
