@@ -322,3 +322,51 @@ def test_episode_watchdog(syn, host):
     assert ep.stop_reason == "timeout" and not ep.solved and time.time() - t0 < 6, time.time() - t0
     assert "timed out" in next(m.text for m in ep.transcript if m.role == "tool_result")
     assert run_episode(syn, OraclePolicy(), cfg).solved                  # a normal episode fits the same budget
+
+def test_every_denied_system_call_is_denied_by_the_filter(host):
+    """Each call of SECCOMP_DENY (harmless arguments: zeros) fails with EPERM under the filter; without the filter many of
+    them do something else (succeed, EFAULT, EBADF, EINVAL...), so it is the filter that stops them, not missing privilege."""
+    import pyseccomp as sc
+    from composer2.sandbox import SECCOMP_DENY
+    nrs = {n: sc.resolve_syscall(sc.Arch.NATIVE, n) for n in SECCOMP_DENY}
+    nrs = {n: nr for n, nr in nrs.items() if nr >= 0}
+    probe = ("import ctypes, json\nlibc = ctypes.CDLL(None, use_errno=True)\nout = {}\n"
+             f"for name, nr in {nrs!r}.items():\n"
+             "    ctypes.set_errno(0); r = libc.syscall(nr, 0, 0, 0, 0, 0, 0)\n"
+             "    out[name] = 'ok' if r >= 0 else ctypes.get_errno()\nprint(json.dumps(out))")
+    ws = make_workspace({})
+    try:
+        results = {}
+        for on in (True, False):
+            cfg = load_config("smoke", overrides=[f"sandbox.seccomp={str(on).lower()}", "sandbox.timeout=20"]).sandbox
+            r = Sandbox(ws, cfg).run(["python3", "-c", probe])
+            assert r.returncode == 0, r
+            results[on] = __import__("json").loads(r.stdout)
+    finally: remove_workspace(ws)
+    import errno
+    assert len(nrs) >= 45 and results[True] == {n: errno.EPERM for n in nrs}, results[True]
+    other = [n for n in nrs if results[False][n] != errno.EPERM]
+    assert len(other) >= 15 and {"ptrace", "request_key", "io_uring_enter", "perf_event_open", "bpf"} <= set(other), results[False]
+
+def test_one_sandbox_cannot_use_up_anothers_processes(host):
+    "A sandbox holding all the processes it may have does not stop a concurrent sandbox from starting its own."
+    import threading
+    cfg = load_config("smoke", overrides=["sandbox.max_processes=32", "sandbox.timeout=30"]).sandbox
+    ws1, ws2 = make_workspace({}), make_workspace({})
+    try:
+        hog = {}
+        t = threading.Thread(target=lambda: hog.update(r=Sandbox(ws1, cfg).run(
+            "n=0; while [ $n -lt 200 ]; do sleep 6 & n=$((n+1)); done; echo started; wait")))
+        t.start(); time.sleep(2.5)
+        r = Sandbox(ws2, cfg).run("for i in $(seq 20); do sleep 0.2 & done; wait; echo all20")
+        t.join()
+        assert r.returncode == 0 and "all20" in r.stdout, r                      # its own budget, untouched by the hog
+        h = hog["r"]   # the hog's shell dies when a fork fails at its cap, after its sleeps held their processes for seconds
+        assert h.returncode != 0 and "started" not in h.stdout and h.wall_s > 4, h
+    finally: remove_workspace(ws1); remove_workspace(ws2)
+
+@pytest.mark.skipif(os.environ.get("CI") != "true", reason="only CI must have every limit (a user's machine may lack root or cgroup v1)")
+def test_ci_applies_every_whole_sandbox_limit():
+    "CI runs as root on cgroup v1: the per-command memory and pids cgroups, the workspace tmpfs and seccomp are all in force there."
+    lim = sandbox_limits()
+    assert lim["root"] and lim["seccomp"] and lim["workspace_tmpfs"] and {"memory", "pids"} <= set(lim["cgroups"]), lim
