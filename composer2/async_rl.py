@@ -304,7 +304,9 @@ def _ray_init(cfg: Config) -> bool:
         except Exception as e:
             ray.shutdown()
             if cfg.rl.address or attempt == 2 or "timed out during startup" not in str(e):
-                raise C2Error(f"cannot start or reach {where}: {str(e).splitlines()[0][:200]}") from None
+                busy = "" if cfg.rl.address else (" (on a busy machine Ray's dashboard agent can miss the raylet's fixed 15 s start "
+                                                  "window: run fewer Ray jobs at once)")
+                raise C2Error(f"cannot start or reach {where}: {str(e).splitlines()[0][:200]}{busy}") from None
 
 # %% ../nbs/21_async_rl.ipynb #15c032
 def run_rl(cfg: Config, progress: bool = True) -> dict:
