@@ -240,6 +240,8 @@ class RLConfig:
                                                "routing moves only with the policy's gradient, not with a load statistic unrelated to reward")
     metric_rows: int = opt(8, lo=0, doc="segments per step given the metric-only forwards: the other routing mode (mismatch "
                                         "with vs without replay) and, without a KL loss, the reference (kl_init); 0 skips them")
+    negative_weight: float = opt(1.0, lo=0.0, hi=1.0, doc="scale of the negative advantages: 1 is Dr. GRPO as is; 0 trains only on "
+                                                           "rollouts better than their group's mean (on-policy rejection-sampling fine-tuning)")
     shuffle_rewards: bool = opt(False, doc="control run: permute the rewards among all rollouts of each step (seeded by rl.seed "
                                            "and the step) before the advantages, so the run shows what noise alone does")
     summary: str = opt("self", choices=["self", "prompt", "truncate"], doc="what happens when the context fills")

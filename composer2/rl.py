@@ -278,7 +278,7 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
             norm_tokens: int | None = None, version: int | None = None) -> dict:
     """One RL step on `groups` (RLConfig `cfg_rl`) by the trainer at `version`: advantages (of permuted rewards with
     `shuffle_rewards`), truncated-IS PG loss (+ KL when `kl_coef` > 0 and a `ref_model`), Adam, router biases only with
-    `update_router_bias`. Returns the step's metrics: loss parts, grad_norm, zero_signal_groups, adv_abs_mean, entropy,
+    `update_router_bias`; negative advantages scaled by `negative_weight`. Returns the step's metrics: loss parts, grad_norm, zero_signal_groups, adv_abs_mean, entropy,
     kl_init (NaN without `ref_model`), and the mismatch with and without replay: the trained routing mode's over all
     segments, the other mode's (a metric-only forward) over a subsample of at most `metric_rows` segments (NaN when 0)."""
     t0 = time.perf_counter()
@@ -292,6 +292,7 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
     rows, advs = [], []
     for g, rw in zip(groups, rewards):
         adv = group_advantages(rw, std_norm=std_norm) if rw else np.zeros(0)
+        if cfg_rl.negative_weight != 1.0: adv = np.where(adv < 0, adv * cfg_rl.negative_weight, adv)
         advs += adv.tolist()
         for r, a in zip(g.rollouts, adv):
             if cfg_rl.overlong_mask and r.truncated: continue
