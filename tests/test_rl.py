@@ -1,7 +1,8 @@
 """`c2 rl` through the real CLI: real Ray, real bubblewrap sandboxes, tiny steps. An async and a sync smoke run, a run
 with an episode that raises and one that hangs (injected with C2_FAULTS), a SIGKILL after the first checkpoint (and a
 torn ledger line) followed by a rerun that trains every prompt of the pool exactly once, and the one-line errors of bad
-state: an incomplete or unreadable checkpoint, an output folder the machine refuses, a missing SFT checkpoint."""
+state: an incomplete or unreadable checkpoint, an output folder the machine refuses, a disk that fills during the run,
+a missing SFT checkpoint."""
 import csv, json, os, shutil, signal, subprocess, time
 import pytest
 from conftest import C2, ROOT, c2, one_line_error
@@ -101,3 +102,17 @@ def test_async_run_survives_an_episode_that_raises_and_one_that_hangs(smoke_data
     assert done["episode_errors"] == 2, done
     assert sum(int(x["errors"]) for x in rows(run / "eval.csv")) == 2
     print(f"run with a raising and a hanging episode: {time.time() - t0:.1f}s")
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs as a full disk needs root")
+def test_a_full_disk_is_one_line_and_leaves_no_torn_file(smoke_data, tmp_path):
+    "An output folder on a disk that fills during the run: one line, exit 2, and no half-written checkpoint or temporary."
+    full = tmp_path / "full"; full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "c2-full", str(full)], check=True)
+    try:
+        r = c2(*args(full, smoke_data))
+        one_line_error(r, "cannot write", "No space left on device")
+        files = [p for p in full.rglob("*") if p.is_file()]
+        assert files and not [p for p in files if p.name.endswith(".tmp")], files   # the temporaries went with the failed writes
+        ck = full / "smoke" / "async" / "checkpoint.pt"
+        if ck.exists(): import torch; assert "model" in torch.load(ck, weights_only=False)   # whole, or not there at all
+    finally: subprocess.run(["umount", str(full)], check=True)
