@@ -277,10 +277,11 @@ def _micro_batches(idx: list[int], lens: list[int], micro_tokens: int) -> list[l
 def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: float = 1.0, micro_tokens: int = 8192,
             norm_tokens: int | None = None, version: int | None = None) -> dict:
     """One RL step on `groups` (RLConfig `cfg_rl`) by the trainer at `version`: advantages (of permuted rewards with
-    `shuffle_rewards`), truncated-IS PG loss (+ KL when `kl_coef` > 0 and a `ref_model`), Adam, router biases only with
-    `update_router_bias`; negative advantages scaled by `negative_weight`. Returns the step's metrics: loss parts, grad_norm, zero_signal_groups, adv_abs_mean, entropy,
-    kl_init (NaN without `ref_model`), and the mismatch with and without replay: the trained routing mode's over all
-    segments, the other mode's (a metric-only forward) over a subsample of at most `metric_rows` segments (NaN when 0)."""
+    `shuffle_rewards`; negative ones scaled by `negative_weight`), truncated-IS PG loss (+ KL when `kl_coef` > 0 and a
+    `ref_model`), Adam, router biases only with `update_router_bias`. Returns the step's metrics: loss parts, grad_norm,
+    zero_signal_groups, adv_abs_mean, entropy, kl_init (NaN without `ref_model`), and the mismatch with and without
+    replay: the trained routing mode's over all segments, the other mode's (a metric-only forward) over a subsample of at
+    most `metric_rows` segments (NaN when 0)."""
     t0 = time.perf_counter()
     dev = model.embed.weight.device
     grpo = cfg_rl.advantage == "grpo"   # shorthand for both of GRPO's normalisations

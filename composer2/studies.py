@@ -235,7 +235,6 @@ def study_runs(name: str, key: str) -> Path:
     root = Path(os.environ["C2_RUNS"]).expanduser() if os.environ.get("C2_RUNS") else repo_root() / "runs"
     return (root / "studies" / name / key).resolve()
 
-
 # %% ../nbs/08_studies.ipynb #08c014
 class StudyFailed(Exception):
     "A study notebook raised: the partial notebook, the log and a failed `results.json` are in its output dir."
