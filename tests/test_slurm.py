@@ -42,6 +42,14 @@ def status(env):
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
+def settled(env, timeout=60):
+    "The jobs' states once none is PENDING or RUNNING: submitit's result file is written before Slurm records the end of the job."
+    deadline = time.time() + timeout
+    while True:
+        jobs = status(env)
+        if all(j["state"] not in ("PENDING", "RUNNING", "COMPLETING") for j in jobs) or time.time() > deadline: return jobs
+        time.sleep(1)
+
 def sacct(job_id):
     r = subprocess.run(["sacct", "-j", str(job_id).split("_")[0], "-D", "-X", "-n", "-P", "-o", "JobID,State,Partition"],
                        capture_output=True, text=True, timeout=30, env=dict(os.environ, SLURM_CONF=str(CONF)))
@@ -54,7 +62,7 @@ def test_plain_job(cluster, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads((tmp_path / "plain" / "results.json").read_text())
     assert res["status"] == "ok" and all(c["holds"] for c in res["claims"])
-    (job,) = status(env)
+    (job,) = settled(env)
     assert job["executor"] == "slurm" and job["state"] == "COMPLETED"
     assert sacct(job["job_id"]) == [[job["job_id"], "COMPLETED", "debug"]]   # the partition of the scale file
 
@@ -63,7 +71,7 @@ def test_sweep_is_one_job_array(cluster, tmp_path):
     r = c2("study", "submit", "length_penalty", "--scale", "smoke", "--executor", "slurm", "--sweep", "lam=0.002,0.004",
            "--out", str(tmp_path / "sweep"), "--cpus", "1", "--time", "5", "--wait", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    jobs = status(env)
+    jobs = settled(env)
     ids = [j["job_id"] for j in jobs]
     array = ids[0].split("_")[0]
     assert ids == [f"{array}_0", f"{array}_1"], ids                  # one array, two tasks
