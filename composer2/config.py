@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_config.ipynb #00c003
 from __future__ import annotations
-import dataclasses, os
+import dataclasses, errno, glob, os
 from dataclasses import dataclass, field
 from pathlib import Path
 from omegaconf import OmegaConf
@@ -27,20 +27,37 @@ class Preempted(C2Error):
     "A long job (a pretraining stage, an RL run) stopped on SIGTERM/SIGUSR2 after saving its checkpoint: the same command resumes it. The CLI exits 75."
 
 # %% ../nbs/00_config.ipynb #69a0fc6a
+def _pid_alive(pid: int) -> bool:
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except PermissionError: return True
+    return True
+
 def atomic_write(path: Path | str, data):
     """Write `data` (str, bytes, or a function writing to a binary file, e.g. `lambda f: torch.save(obj, f)`) to `path`
     through a temporary file in the same folder, fsynced, then renamed over it: a kill or a full disk leaves the old
-    file or the new one, never a torn one (the temporary is removed on failure)."""
+    file or the new one, never a torn one. The temporary is removed on failure; one a killed writer (SIGKILL) left
+    behind is removed by the next write of the same file. A writer that hides the OS error of a full disk (torch's zip
+    writer raises RuntimeError) is reported as the `OSError` ENOSPC it was."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    for old in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):   # of a writer killed mid-write
+        pid = old.name[len(path.name) + 2:-4]
+        if pid.isdigit() and not _pid_alive(int(pid)): old.unlink(missing_ok=True)
     try:
         with open(tmp, "wb") as f:
             if callable(data): data(f)
             else: f.write(data.encode() if isinstance(data, str) else data)
             f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True); raise
+    except BaseException as e:
+        full = False
+        if not isinstance(e, (OSError, KeyboardInterrupt, SystemExit)):
+            try: st = os.statvfs(path.parent); full = st.f_bavail * st.f_frsize < (1 << 20)
+            except OSError: pass
+        tmp.unlink(missing_ok=True)
+        if full: raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from e
+        raise
 
 def read_jsonl(path: Path | str, warn=None) -> list[dict]:
     """The records of a jsonl file that is only ever appended to. A torn last line (the writer was killed mid-line) is

@@ -1,6 +1,6 @@
 """Shared pytest setup. Under CI (CI=true) a skipped test is a failure: a real part that is missing there
 (Slurm, bubblewrap, ...) must be installed by the project's own setup, not silently skipped."""
-import os, subprocess, sys, tempfile
+import os, re, subprocess, sys, tempfile
 from pathlib import Path
 import pytest
 
@@ -38,8 +38,9 @@ def c2(*args, env=None, timeout=600):
 def one_line_error(r, *fragments):
     "Assert a user mistake's outcome: exit status 2 and one line `c2: error: ...` holding every fragment."
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("c2: error: "), r.stderr
+    # a run that fails part way has already drawn its progress bar ("rl async:  25%|..."): every other line is the error
+    lines = [l for l in r.stderr.strip().splitlines() if l.strip() and not re.match(r"^[^|]*\d+%\|", l)]
+    assert len(lines) == 1 and lines[0].startswith("c2: error: ") and "Traceback" not in r.stderr, r.stderr
     for f in fragments: assert f in lines[0], (f, lines[0])
 
 @pytest.fixture(scope="session")
