@@ -28,6 +28,7 @@ class Preempted(C2Error):
 
 # %% ../nbs/00_config.ipynb #69a0fc6a
 def _pid_alive(pid: int) -> bool:
+    "Whether a process `pid` exists (one of another user counts)."
     try: os.kill(pid, 0)
     except ProcessLookupError: return False
     except PermissionError: return True
