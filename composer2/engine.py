@@ -4,13 +4,15 @@
 
 # %% ../nbs/03_engine.ipynb #03c003
 from __future__ import annotations
-import threading, time
+import hashlib, threading, time
+import numpy as np
 from dataclasses import dataclass, field
 import torch, torch.nn.functional as F
 from .model import MoETransformer
 
 # %% auto #0
-__all__ = ['Generation', 'SpecStats', 'sampling_probs', 'sample_tokens', 'Engine', 'DecodeServer']
+__all__ = ['Generation', 'SpecStats', 'sampling_probs', 'stream_key', 'stream_uniforms', 'sample_tokens', 'Engine',
+           'DecodeServer']
 
 # %% ../nbs/03_engine.ipynb #03c005
 @dataclass
@@ -48,10 +50,34 @@ def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0)
         p = p / p.sum(-1, keepdim=True)
     return p
 
+# %% ../nbs/03_engine.ipynb #03c006a
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    "splitmix64's finaliser on a uint64 array (wrapping arithmetic): a fixed bijection that scrambles every bit."
+    with np.errstate(over="ignore"):
+        x = (x + np.uint64(0x9E3779B97F4A7C15)) & _MASK64
+        x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK64
+        x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK64
+        return x ^ (x >> np.uint64(31))
+
+def stream_key(*parts) -> int:
+    "A 63-bit sampling-stream key from any printable parts (e.g. a seed, a task id and a sample index): stable across runs and machines."
+    return int.from_bytes(hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest(), "little") >> 1
+
+def stream_uniforms(keys, counters) -> torch.Tensor:
+    """Uniforms in [0, 1) (float64 [B]): the `counters[i]`-th draw of stream `keys[i]`. A pure function of (key, counter),
+    so what a sequence samples does not depend on which other rows share its decode step, or when."""
+    k, c = np.asarray(keys, dtype=np.uint64), np.asarray(counters, dtype=np.uint64)
+    x = _splitmix64(k ^ _splitmix64(c))
+    return torch.from_numpy((x >> np.uint64(11)).astype(np.float64) * 2.0 ** -53)
+
 # %% ../nbs/03_engine.ipynb #e2c91135
-def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float = 1.0, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row of `logits` [B, V], vectorised in float32: (tokens [B], their log-probs under
-    softmax(logits / T), before top-p truncation, as `Engine` reports them). T = 0 is greedy."""
+def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float = 1.0, generator=None, u: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row of `logits` [B, V], vectorised: (tokens [B], their log-probs under softmax(logits / T),
+    before top-p truncation, as `Engine` reports them). T = 0 is greedy. A row's token is the inverse CDF (in vocabulary
+    order, float64) at its uniform `u[i]` (drawn from `generator` when `u` is None): the same uniforms under two nearby
+    policies mostly give the same tokens, which is what makes paired evaluations with common random numbers work."""
     logp = (logits.float() / (temperature or 1.0)).log_softmax(-1)
     if temperature == 0: tok = logits.argmax(-1)
     else:
@@ -59,7 +85,10 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float = 1.0, 
         if top_p < 1.0:
             sp, si = p.sort(-1, descending=True)
             p = torch.zeros_like(p).scatter(-1, si, sp * (sp.cumsum(-1) - sp < top_p))   # the smallest prefix reaching top_p
-        tok = torch.multinomial(p, 1, generator=generator).squeeze(-1)
+        if u is None: u = torch.rand(len(p), generator=generator, dtype=torch.float64, device=p.device)
+        cdf = p.double().cumsum(-1)
+        t = (u.to(cdf.device) * cdf[:, -1])[:, None]
+        tok = torch.searchsorted(cdf[:, :-1].contiguous(), t, right=True).squeeze(-1)   # first index whose cdf exceeds t
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
 # %% ../nbs/03_engine.ipynb #03c007
@@ -200,6 +229,8 @@ class _Request:
     new: list[int]
     max_new: int
     stop: frozenset
+    key: int = 0                                   # the sequence's sampling stream ...
+    drawn: int = 0                                 # ... and its draws before this call
     tokens: list = field(default_factory=list)
     logprobs: list = field(default_factory=list)
     versions: list = field(default_factory=list)
@@ -216,11 +247,13 @@ class DecodeServer:
     for the batch's longest generation. Weights queued with `engine.update_weights` are loaded between two decode
     steps and every token is tagged with the version that sampled it; caches built under older weights are kept (as
     PipelineRL does: recomputing every live cache at each update would cost a prefill of all of them per RL step), and
-    the version that encoded each fed position is reported so the trainer can tell exactly on-policy segments apart."""
+    the version that encoded each fed position is reported so the trainer can tell exactly on-policy segments apart.
+    Each sequence samples from its own stream (`stream_uniforms`): given at `open`, or derived from `seed` and its id."""
     def __init__(self, engine: Engine, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, rows: int = 16,
                  prefill_tokens: int = 8192):
         self.engine, self.T, self.top_p, self.prefill_tokens = engine, temperature, top_p, prefill_tokens
-        self.gen = torch.Generator(device=engine.model.embed.weight.device).manual_seed(seed)
+        self.seed = seed
+        self.stream: dict[int, list[int]] = {}            # sequence id -> [stream key, draws so far]
         self.pool = engine.model.new_cache(rows, capacity=128, slots=True)
         self.seq_at: list[int | None] = [None] * rows     # row -> sequence id
         self.row_of: dict[int, int] = {}                  # sequence id -> row
@@ -232,11 +265,13 @@ class DecodeServer:
         self._thread.start()
 
     # -- the interface episode threads use (the pool itself is touched only by the loop thread)
-    def open(self) -> int:
-        "A new, empty sequence; returns its id (it gets a row of the pool at its first request)."
+    def open(self, stream: int | None = None) -> int:
+        """A new, empty sequence; returns its id (it gets a row of the pool at its first request). It samples from
+        stream key `stream` (`stream_key`), by default one of its own made from the server's seed and the id."""
         with self._cv:
             sid, self._next = self._next, self._next + 1
             self.row_of[sid] = None
+            self.stream[sid] = [stream_key("server", self.seed, sid) if stream is None else stream, 0]
             return sid
 
     def close(self, sid: int):
@@ -248,12 +283,14 @@ class DecodeServer:
         The returned `experts` cover every position fed by this call (`new` and all sampled tokens but the last, which
         the next call feeds first); `versions` tag the sampled tokens; `fed_versions` the fed positions."""
         if not new: raise ValueError("DecodeServer.generate: nothing to feed (a turn starts from at least one new token)")
-        req = _Request(sid, list(new), max_new_tokens, frozenset(stop_ids), reset=reset)
         with self._cv:
             if self._stop: raise RuntimeError("DecodeServer is stopped")
+            key, drawn = self.stream[sid]
+            req = _Request(sid, list(new), max_new_tokens, frozenset(stop_ids), key, drawn, reset=reset)
             self.pending.append(req); self._cv.notify_all()
         req.done.wait()
         if isinstance(req.out, BaseException): raise req.out
+        with self._cv: self.stream[sid][1] += len(req.out.tokens)
         return req.out
 
     def shutdown(self):
@@ -269,6 +306,10 @@ class DecodeServer:
         self.seq_at[i], self.seq_at[j] = b, a
         if a is not None: self.row_of[a] = j
         if b is not None: self.row_of[b] = i
+
+    def _uniforms(self, reqs: list[_Request]) -> torch.Tensor:
+        "Each row's next uniform: its stream at its count of draws so far."
+        return stream_uniforms([r.key for r in reqs], [r.drawn + len(r.tokens) for r in reqs])
 
     def _record(self, reqs: list[_Request], tok: torch.Tensor, lp: torch.Tensor) -> list[int]:
         "Append each row's sampled token; indices of the rows that are finished."
@@ -329,7 +370,7 @@ class DecodeServer:
         for i, r in enumerate(take):
             r.experts.append(out.experts[i, :len(r.new)]); r.fed_versions = [v] * len(r.new)
         self.stats["fed"] += int(n.sum()); self.stats["prefills"] += 1
-        tok, lp = sample_tokens(out.logits, self.T, self.top_p, self.gen)
+        tok, lp = sample_tokens(out.logits, self.T, self.top_p, u=self._uniforms(take))
         fin = self._record(take, tok, lp)
         self._retire([lo + i for i in fin])
 
@@ -340,7 +381,7 @@ class DecodeServer:
         out = self.engine.model(cur, cache=self.pool.view(0, B), capture=True)
         v = self.engine.version
         for i, r in enumerate(self.active): r.experts.append(out.experts[i]); r.fed_versions.append(v)
-        tok, lp = sample_tokens(out.logits[:, -1], self.T, self.top_p, self.gen)
+        tok, lp = sample_tokens(out.logits[:, -1], self.T, self.top_p, u=self._uniforms(self.active))
         self.stats["fed"] += B; self.stats["decode_steps"] += 1; self.stats["decode_rows"] += B
         self._retire(self._record(self.active, tok, lp))
 
@@ -350,6 +391,7 @@ class DecodeServer:
                 while not self._stop and not self.pending and not self.active and not self._closing: self._cv.wait()
                 if self._stop: break
                 for sid in self._closing:
+                    self.stream.pop(sid, None)
                     row = self.row_of.pop(sid, None)
                     if row is not None: self.seq_at[row] = None
                 self._closing = []

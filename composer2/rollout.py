@@ -8,7 +8,7 @@ import logging, os, threading, time
 from pathlib import Path
 import numpy as np
 from .config import C2Error, Config
-from .engine import DecodeServer, Engine, Generation
+from .engine import DecodeServer, Engine, Generation, stream_key
 from .rl import Group, Rollout, Segment
 
 log = logging.getLogger(__name__)
@@ -38,13 +38,14 @@ def _special(data, name: str) -> int:
 
 class EnginePolicy:
     """A `run_episode` policy backed by a `DecodeServer` sequence (its KV cache lives as long as the episode's current
-    segment), recording training segments; summarises when the context fills. `close` frees the sequence."""
+    segment), recording training segments; summarises when the context fills. `close` frees the sequence. It samples
+    from sampling stream `stream` (`composer2.engine.stream_key`; by default one of the server's)."""
     def __init__(self, server: DecodeServer, data, max_seq_len: int, max_new_tokens: int, summary: str = "self",
-                 summary_trigger: float = 0.75):
+                 summary_trigger: float = 0.75, stream: int | None = None):
         if summary not in ("self", "prompt", "truncate"): raise C2Error(f"rl.summary: {summary!r} is not allowed (self, prompt, truncate)")
         self.server, self.data, self.L, self.summary, self.trigger = server, data, max_seq_len, summary, summary_trigger
         self.max_new = max_new_tokens
-        self.sid = server.open()
+        self.sid = server.open(stream)
         self.tok = {n: _special(data, n) for n in ["<|assistant|>", "<|end_turn|>", "<|summarize|>", "<|summary|>", "<|/summary|>", "<|eos|>"]}
         self.segments: list[Segment] = []
         self._new_segment()
@@ -204,7 +205,7 @@ def injected_faults() -> dict[int, str]:
 class Rollouts:
     "Agent episodes through one `DecodeServer`: training groups (`group`) and evaluations (`evaluate`); counts tokens and errors."
     def __init__(self, engine: Engine, data, cfg: Config, seed: int = 0):
-        self.cfg, self.data = cfg, data
+        self.cfg, self.data, self.seed = cfg, data, seed
         self.server = DecodeServer(engine, cfg.rl.temperature, seed=seed)
         self.root = Path(cfg.sandbox.root) if cfg.sandbox.root else None
         self._lock = threading.Lock()
@@ -215,12 +216,12 @@ class Rollouts:
         # the budget (at least 10 s more) is stuck, and is abandoned as failed
         self.abandon_s = budget + max(10.0, 0.1 * budget) if budget > 0 else None
 
-    def episode(self, task) -> Rollout | None:
-        "One episode of `task` as a `Rollout`; None if it raised (logged and counted in `errors`)."
+    def episode(self, task, stream: int | None = None) -> Rollout | None:
+        "One episode of `task` as a `Rollout`, sampled from `stream` (default: a fresh one); None if it raised (logged and counted in `errors`)."
         from composer2.episode import run_episode
         r = self.cfg.rl
         with self._lock: self.started += 1; fault = self.faults.get(self.started)
-        pol = EnginePolicy(self.server, self.data, rl_context(self.cfg), r.max_new_tokens, r.summary, r.summary_trigger)
+        pol = EnginePolicy(self.server, self.data, rl_context(self.cfg), r.max_new_tokens, r.summary, r.summary_trigger, stream)
         try:
             if fault == "raise": raise RuntimeError("injected fault (C2_FAULTS)")
             if fault == "hang": threading.Event().wait()
@@ -234,12 +235,13 @@ class Rollouts:
             self.episodes += 1; self.sampled += ro.n_sampled; self.fed += sum(len(s.ids) for s in ro.segments)
         return ro
 
-    def _run(self, tasks: list, workers: int) -> list[Rollout | None]:
-        "`episode` over `tasks`, `workers` at a time; an episode still running after `abandon_s` is abandoned: None, counted in `errors`."
+    def _run(self, tasks: list, workers: int, streams: list | None = None) -> list[Rollout | None]:
+        "`episode` over `tasks` (with `streams`, one each), `workers` at a time; an episode still running after `abandon_s` is abandoned: None, counted in `errors`."
         def abandoned(i):
             log.warning("episode of %s still running after %.0f s: abandoned", tasks[i].id, self.abandon_s)
             with self._lock: self.errors += 1
-        return map_abandoning(self.episode, tasks, workers, self.abandon_s, abandoned)
+        jobs = list(zip(tasks, streams or [None] * len(tasks)))
+        return map_abandoning(lambda job: self.episode(*job), jobs, workers, self.abandon_s, abandoned)
 
     def group(self, task, n: int, version: int, worker: int = 0) -> Group:
         "`n` concurrent episodes of `task`, as a `Group` started at `version` (failed episodes left out)."
@@ -249,9 +251,11 @@ class Rollouts:
                      seconds=time.perf_counter() - t0, bucket=str(task.meta.get("kind", "")))
 
     def evaluate(self, tasks: list, k: int, concurrency: int = 64) -> list[dict]:
-        "`k` episodes of each task, `concurrency` at a time: per task the outcomes, rewards, turns, summaries and tokens (a failed episode counts as unsolved, reward 0)."
+        """`k` episodes of each task, `concurrency` at a time: per task the outcomes, rewards, turns, summaries and tokens (a
+        failed episode counts as unsolved, reward 0). Sample j of a task draws from the stream (seed, task, j), so any
+        two evaluations with the same seed -- of one policy or of two -- are paired by common random numbers."""
         jobs = [t for t in tasks for _ in range(k)]
-        ros = self._run(jobs, concurrency)
+        ros = self._run(jobs, concurrency, [stream_key("eval", self.seed, t.id, j) for t in tasks for j in range(k)])
         out = []
         for i, t in enumerate(tasks):
             rs = ros[i * k:(i + 1) * k]

@@ -115,7 +115,8 @@ def test_best_of_k_results(smoke):
         for d in m["deltas"][run].values(): assert d["lo"] <= d["mean"] <= d["hi"] and d["n"] == p["n_eval"]
         assert m["trend"][run]["lo"] <= m["trend"][run]["slope"] <= m["trend"][run]["hi"]
     assert {c["id"] for c in res["claims"]} == {"sft_keeps_base", "sft_solves_some", "pass1_rises", "best_of_k_rises",
-                                                "train_reward_rises", "control_flat", "malformed_calls_fall", "train_reward_beats_control"}
+                                                "train_reward_rises", "control_flat", "malformed_calls_fall", "train_reward_beats_control",
+                                                "eval_precise"}
     for run in m["runs"]: assert m["malformed_trend"][run]["lo"] <= m["malformed_trend"][run]["slope"] <= m["malformed_trend"][run]["hi"]
     pt = m["paired_trend"]   # real minus control per prompt: every prompt both runs trained, each at the step the real run took it
     assert pt["prompts"] == len(pt["points"]) >= 3 and pt["lo"] <= pt["slope"] <= pt["hi"]
