@@ -7,13 +7,14 @@ from __future__ import annotations
 import argparse, errno, json, os, platform, shutil, subprocess, sys, time
 from importlib import metadata
 from pathlib import Path
-from .config import C2Error, Preempted, load_config, repo_root, to_yaml
+from .config import C2Error, Preempted, atomic_write, load_config, repo_root, to_yaml
 from .studies import StudyFailed
 
 # %% auto #0
 __all__ = ['system_info', 'cmd_info', 'cmd_config', 'cmd_data_build', 'cmd_train', 'cmd_generate', 'cmd_pretrain', 'cmd_rl',
            'cmd_reproduce', 'cmd_study_list', 'cmd_study_run', 'cmd_study_submit', 'cmd_study_status',
-           'cmd_study_index', 'cmd_tasks_stats', 'cmd_tasks_oracle', 'cmd_tasks_show', 'parser', 'main']
+           'cmd_study_index', 'cmd_tasks_stats', 'cmd_tasks_oracle', 'cmd_tasks_show', 'parser', 'main',
+           'cmd_tasks_eval']
 
 # %% ../nbs/23_cli.ipynb #23c004
 def _version(pkg):
@@ -240,6 +241,13 @@ def parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_tasks_oracle)
     q = tsub.add_parser("show", help="one task: prompt, files and the fix"); q.add_argument("id", help="a task id, e.g. syn-eval-00003")
     tasks_args(q, n=False); q.add_argument("--json", action="store_true"); q.set_defaults(fn=cmd_tasks_show)
+    q = tsub.add_parser("eval", help="evaluate a policy checkpoint on a suite: pass@1 and best-of-K with 95%% intervals"); tasks_args(q)
+    q.add_argument("--checkpoint", required=True, help="a pretraining stage's, SFT's or an RL run's .pt")
+    q.add_argument("--against", default=None, metavar="CHECKPOINT", help="a second policy: the paired change (common random numbers)")
+    q.add_argument("-k", type=int, default=8, help="samples per task (default: 8)")
+    q.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    q.add_argument("--out", default=None, help="also write the per-task results and the table as JSON here")
+    q.add_argument("--json", action="store_true", help="print the table as JSON"); q.set_defaults(fn=cmd_tasks_eval)
     p = sub.add_parser("reproduce", help="run every registered study at a scale and rebuild the results index")
     p.add_argument("--scale", default="cpu", help="smoke, cpu or gpu (default: cpu)")
     p.add_argument("--executor", default="local", help="local (this process, the default) or slurm")
@@ -293,3 +301,30 @@ def main(argv=None):
     except OSError as e:   # the machine refused a write (permissions, a read-only or full disk): say which file, in one line
         if e.errno not in _ENV_ERRNOS: raise
         print(f"c2: error: cannot write {e.filename or 'a file'}: {e.strerror}", file=sys.stderr); sys.exit(2)
+
+# %% ../nbs/23_cli.ipynb #23c008b
+def cmd_tasks_eval(a):
+    "`c2 tasks eval`: `composer2.rollout.evaluate_checkpoint` of one policy (and of `--against`), then `pass_table`."
+    from tqdm.auto import tqdm
+    from composer2.data import open_data
+    from composer2.rollout import evaluate_checkpoint, pass_table
+    from composer2.suites import load_suite
+    if a.k < 1: raise C2Error(f"-k {a.k}: need at least one sample per task")
+    cfg = _tasks_cfg(a)
+    data, tasks = open_data(cfg), load_suite(cfg, a.split, n=a.n)
+    if not tasks: raise C2Error(f"no {cfg.tasks.suite} {a.split} tasks (-n {a.n})")
+    res, t0 = {}, time.time()
+    for name in filter(None, [a.checkpoint, a.against]):
+        with tqdm(total=len(tasks) * a.k, desc=f"eval {Path(name).name}", unit="ep", file=sys.stderr, disable=None) as bar:
+            res[name] = evaluate_checkpoint(cfg, data, name, tasks, a.k, a.seed, on_progress=lambda n: bar.update(n - bar.n))
+    table = pass_table(res[a.checkpoint], res.get(a.against), seed=a.seed)
+    if a.out: atomic_write(Path(a.out), lambda f: f.write(json.dumps(dict(table=table, results=res), indent=1).encode()))
+    if a.json: print(json.dumps(table, indent=1)); return
+    print(f"{a.checkpoint}: {len(tasks)} {cfg.tasks.suite} {a.split} tasks x {a.k} samples (seed {a.seed}, "
+          f"temperature {cfg.rl.temperature}), {time.time() - t0:.0f}s")
+    vs = f"   change vs {a.against}" if a.against else ""
+    print(f"{'K':>3}  {'best-of-K':>9}  {'95% interval':<16}{vs}")
+    for r in table:
+        line = f"{r['k']:>3}  {r['value']:>9.3f}  [{r['lo']:.3f}, {r['hi']:.3f}]"
+        if a.against: line += f"   {r['change']:+.3f} [{r['change_lo']:+.3f}, {r['change_hi']:+.3f}]"
+        print(line)

@@ -14,7 +14,8 @@ from .rl import Group, Rollout, Segment
 log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['log', 'COMPACTION_PROMPT', 'rl_context', 'EnginePolicy', 'map_abandoning', 'injected_faults', 'Rollouts']
+__all__ = ['log', 'COMPACTION_PROMPT', 'rl_context', 'EnginePolicy', 'map_abandoning', 'injected_faults', 'Rollouts',
+           'evaluate_checkpoint', 'pass_table']
 
 # %% ../nbs/20_rollout.ipynb #5b843c79
 def rl_context(cfg: Config) -> int:
@@ -161,10 +162,11 @@ class EnginePolicy:
                        n_summaries=self.n_summaries, truncated=self.cut or not finished)
 
 # %% ../nbs/20_rollout.ipynb #571df343
-def map_abandoning(fn, items: list, workers: int, limit_s: float | None, on_abandon=None) -> list:
+def map_abandoning(fn, items: list, workers: int, limit_s: float | None, on_abandon=None, on_progress=None) -> list:
     """`fn` over `items` on at most `workers` daemon threads, results in order. An item still running `limit_s` seconds
     after it started gives None, `on_abandon(i)` is called, and its thread is abandoned (and replaced): nothing can stop
-    a thread stuck in a C call, but a daemon thread cannot keep the caller or the process waiting. `limit_s` None: no limit."""
+    a thread stuck in a C call, but a daemon thread cannot keep the caller or the process waiting. `limit_s` None: no limit.
+    `on_progress(n)` is called from the caller's thread whenever the number of finished (or abandoned) items grows."""
     n, out, lock = len(items), [None] * len(items), threading.Lock()
     started, done, nxt = {}, set(), [0]
     def work():
@@ -179,14 +181,17 @@ def map_abandoning(fn, items: list, workers: int, limit_s: float | None, on_aban
                 out[i] = r; done.add(i)
     spawn = lambda: threading.Thread(target=work, daemon=True).start()
     for _ in range(max(1, min(workers, n))): spawn()
+    seen = 0
     while True:
         with lock:
-            if len(done) == n: break
             late = [i for i, t0 in started.items() if i not in done and limit_s is not None and time.monotonic() - t0 > limit_s]
             for i in late: done.add(i)
+            n_done = len(done)
         for i in late:
             if on_abandon: on_abandon(i)
             spawn()
+        if on_progress and n_done > seen: on_progress(n_done); seen = n_done
+        if n_done == n: break
         time.sleep(0.05)
     for r in out:
         if isinstance(r, BaseException): raise r
@@ -235,13 +240,13 @@ class Rollouts:
             self.episodes += 1; self.sampled += ro.n_sampled; self.fed += sum(len(s.ids) for s in ro.segments)
         return ro
 
-    def _run(self, tasks: list, workers: int, streams: list | None = None) -> list[Rollout | None]:
+    def _run(self, tasks: list, workers: int, streams: list | None = None, on_progress=None) -> list[Rollout | None]:
         "`episode` over `tasks` (with `streams`, one each), `workers` at a time; an episode still running after `abandon_s` is abandoned: None, counted in `errors`."
         def abandoned(i):
             log.warning("episode of %s still running after %.0f s: abandoned", tasks[i].id, self.abandon_s)
             with self._lock: self.errors += 1
         jobs = list(zip(tasks, streams or [None] * len(tasks)))
-        return map_abandoning(lambda job: self.episode(*job), jobs, workers, self.abandon_s, abandoned)
+        return map_abandoning(lambda job: self.episode(*job), jobs, workers, self.abandon_s, abandoned, on_progress)
 
     def group(self, task, n: int, version: int, worker: int = 0) -> Group:
         "`n` concurrent episodes of `task`, as a `Group` started at `version` (failed episodes left out)."
@@ -250,12 +255,13 @@ class Rollouts:
         return Group(task.id, [ro for ro in ros if ro is not None], start_version=version, worker=worker,
                      seconds=time.perf_counter() - t0, bucket=str(task.meta.get("kind", "")))
 
-    def evaluate(self, tasks: list, k: int, concurrency: int = 64) -> list[dict]:
+    def evaluate(self, tasks: list, k: int, concurrency: int = 64, on_progress=None) -> list[dict]:
         """`k` episodes of each task, `concurrency` at a time: per task the outcomes, rewards, turns, summaries and tokens (a
         failed episode counts as unsolved, reward 0). Sample j of a task draws from the stream (seed, task, j), so any
-        two evaluations with the same seed -- of one policy or of two -- are paired by common random numbers."""
+        two evaluations with the same seed -- of one policy or of two -- are paired by common random numbers.
+        `on_progress(episodes done)` as in `map_abandoning`."""
         jobs = [t for t in tasks for _ in range(k)]
-        ros = self._run(jobs, concurrency, [stream_key("eval", self.seed, t.id, j) for t in tasks for j in range(k)])
+        ros = self._run(jobs, concurrency, [stream_key("eval", self.seed, t.id, j) for t in tasks for j in range(k)], on_progress)
         out = []
         for i, t in enumerate(tasks):
             rs = ros[i * k:(i + 1) * k]
@@ -263,3 +269,36 @@ class Rollouts:
                             turns=[r.turns if r else 0 for r in rs], summaries=[r.n_summaries if r else 0 for r in rs],
                             tokens=sum(r.n_sampled for r in rs if r), errors=sum(r is None for r in rs)))
         return out
+
+# %% ../nbs/20_rollout.ipynb #20c041
+def evaluate_checkpoint(cfg: Config, data, path, tasks: list, k: int, seed: int = 0, on_progress=None) -> list[dict]:
+    """Evaluate the policy saved at `path` (any `composer2.train.save_checkpoint` file: a pretraining stage, SFT, an RL
+    run) on `tasks`, `k` samples each, with `cfg.rl`'s sampler settings: `Rollouts.evaluate`'s per-task results. Two
+    checkpoints evaluated with one `seed` are paired by common random numbers."""
+    from composer2.train import load_checkpoint
+    model, ck = load_checkpoint(path)
+    if ck.get("data_key") and ck["data_key"] != data.manifest["key"]:
+        raise C2Error(f"{path} was trained on data {ck['data_key']} but the data dir is {data.manifest['key']}: use the same data settings")
+    ro = Rollouts(Engine(model.eval()), data, cfg, seed=seed)
+    try: return ro.evaluate(tasks, k, on_progress=on_progress)
+    finally: ro.server.shutdown()
+
+def pass_table(results: list[dict], against: list[dict] | None = None, seed: int = 0) -> list[dict]:
+    """Per K (1, 2, 4, ... up to the samples per task): mean unbiased best-of-K over the tasks of `results`
+    (`Rollouts.evaluate`'s) with its bootstrap 95% interval over tasks; with `against` (another policy's results on
+    the same tasks) also the paired change, this minus that, and its interval."""
+    from composer2.rl import best_of_k
+    from composer2.studies import paired_bootstrap
+    n = len(results[0]["solved"])
+    if against is not None and [r["task"] for r in against] != [r["task"] for r in results]:
+        raise C2Error("pass_table: the two evaluations are not of the same tasks in the same order")
+    rates = lambda res, k: np.array([best_of_k(n, sum(r["solved"]), k) for r in res])
+    rows = []
+    for k in sorted({2 ** i for i in range(int(np.log2(n)) + 1)} | {n}):
+        b = paired_bootstrap(np.zeros(len(results)), rates(results, k), seed=seed)
+        row = dict(k=k, value=b["mean"], lo=b["lo"], hi=b["hi"], n_tasks=len(results))
+        if against is not None:
+            d = paired_bootstrap(rates(against, k), rates(results, k), seed=seed)
+            row.update(change=d["mean"], change_lo=d["lo"], change_hi=d["hi"])
+        rows.append(row)
+    return rows

@@ -67,6 +67,16 @@ def test_fresh_data_to_trained_model_generating(smoke_data, tmp_path):
         assert g.stdout.count("def ") >= 2 and len(g.stdout) > 20
     one_line_error(c2("generate", "--scale", "smoke", f"data.dir={smoke_data}", "--checkpoint", str(tmp_path / "nope.pt")),
                    "checkpoint not found")
+    # the trained policy through the agent harness on held-out tasks, against itself: both evaluations draw from the same
+    # sampling streams, so the paired change is exactly 0 at every K
+    ev = ["tasks", "eval", "--scale", "smoke", f"data.dir={smoke_data}", "--checkpoint", str(ck), "-n", "3", "-k", "2"]
+    e = c2(*ev, "--against", str(ck), "--json", "--out", str(tmp_path / "eval.json"))
+    assert e.returncode == 0, e.stderr
+    tab = json.loads(e.stdout)
+    assert [r["k"] for r in tab] == [1, 2] and all(r["change"] == r["change_lo"] == r["change_hi"] == 0 for r in tab)
+    saved = json.loads((tmp_path / "eval.json").read_text())
+    assert saved["table"] == tab and [len(r["solved"]) for r in saved["results"][str(ck)]] == [2, 2, 2]
+    one_line_error(c2(*ev[:-2], "-k", "0"), "need at least one sample per task")
 
 def test_study_list_names_every_study_in_aligned_columns():
     from composer2.studies import STUDIES
