@@ -14,7 +14,7 @@ from .studies import StudyFailed
 __all__ = ['system_info', 'cmd_info', 'cmd_config', 'cmd_data_build', 'cmd_train', 'cmd_generate', 'cmd_pretrain', 'cmd_rl',
            'cmd_reproduce', 'cmd_study_list', 'cmd_study_run', 'cmd_study_submit', 'cmd_study_status',
            'cmd_study_index', 'cmd_tasks_stats', 'cmd_tasks_oracle', 'cmd_tasks_show', 'parser', 'main',
-           'cmd_tasks_eval']
+           'cmd_tasks_eval', 'cmd_export', 'cmd_import']
 
 # %% ../nbs/23_cli.ipynb #23c004
 def _version(pkg):
@@ -226,6 +226,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stage", required=True, choices=["base", "cpt", "mtp", "long", "sft"])
     p.add_argument("--level", default=None, choices=["small", "medium", "large", "all"], help="compute level of the cpt stage")
     p.set_defaults(fn=cmd_pretrain)
+    p = sub.add_parser("export", help="a checkpoint as a Hugging Face directory that transformers loads offline"); _add_config_args(p)
+    p.add_argument("--checkpoint", required=True); p.add_argument("--out", required=True, help="a new directory")
+    p.set_defaults(fn=cmd_export)
+    p = sub.add_parser("import", help="a Hugging Face directory (ours, or any Ernie4.5-MoE / GLM4-MoE) as a composer2 checkpoint")
+    _add_config_args(p); p.add_argument("--hf", required=True, metavar="DIR")
+    p.add_argument("--out", required=True, help="the checkpoint to write (.pt)"); p.set_defaults(fn=cmd_import)
     p = sub.add_parser("rl", help="asynchronous RL on Ray from the SFT checkpoint (report section 4); rl.mode=sync for the baseline")
     _add_config_args(p); p.set_defaults(fn=cmd_rl)
     p = sub.add_parser("tasks", help="the agent task suites: statistics, the oracle's solved rate, one task")
@@ -328,3 +334,29 @@ def cmd_tasks_eval(a):
         line = f"{r['k']:>3}  {r['value']:>9.3f}  [{r['lo']:.3f}, {r['hi']:.3f}]"
         if a.against: line += f"   {r['change']:+.3f} [{r['change_lo']:+.3f}, {r['change_hi']:+.3f}]"
         print(line)
+
+# %% ../nbs/23_cli.ipynb #23c008c
+def cmd_export(a):
+    "`c2 export`: `composer2.hf.export_hf` of a checkpoint, with the tokenizer of the config's data dir."
+    from composer2.data import open_data
+    from composer2.hf import export_hf
+    from composer2.train import load_checkpoint
+    model, ck = load_checkpoint(a.checkpoint)
+    data = open_data(_cfg(a))
+    if ck.get("data_key") and ck["data_key"] != data.manifest["key"]:
+        raise C2Error(f"{a.checkpoint} was trained on data {ck['data_key']} but the data dir is {data.manifest['key']}: "
+                      "pass the data settings it was trained with, so that the tokenizer matches")
+    out = export_hf(model, a.out, data)
+    kind = json.loads((out / "config.json").read_text())["architectures"][0]
+    extra = f", its {model.cfg.mtp_depth} MTP module(s) in composer2_mtp.safetensors" if model.cfg.mtp_depth else ""
+    print(f"exported {a.checkpoint} -> {out}: {kind}, tokenizer with composer2's chat template, composer2.json{extra}")
+
+def cmd_import(a):
+    "`c2 import`: `composer2.hf.import_hf` of a Hugging Face directory, saved as a composer2 checkpoint."
+    from composer2.hf import import_hf
+    from composer2.train import save_checkpoint
+    model = import_hf(a.hf)
+    save_checkpoint(Path(a.out), model, _cfg(a), source=str(Path(a.hf).resolve()))
+    n = sum(p.numel() for p in model.parameters())
+    print(f"imported {a.hf} -> {a.out}: {model.cfg.gate}-gated MoE, {model.cfg.n_layers} layers, {n:,} parameters, "
+          f"{model.cfg.mtp_depth} MTP module(s)")

@@ -53,13 +53,19 @@ def test_a_time_budget_that_cuts_training_short_says_so(smoke_data, tmp_path):
     m = re.search(r"stopped early: the train.minutes=0.02 budget ended the run after (\d+) of 100000 steps", r.stdout)
     assert m and 0 < int(m.group(1)) < 100000, r.stdout
 
-def test_fresh_data_to_trained_model_generating(smoke_data, tmp_path):
-    r = c2("train", "--scale", "smoke", f"data.dir={smoke_data}", "train.steps=40", "--out", str(tmp_path / "run"))
+@pytest.fixture(scope="module")
+def trained(smoke_data, tmp_path_factory):
+    "A smoke model trained 40 steps by the real CLI: (its run dir, c2 train's result)."
+    run = tmp_path_factory.mktemp("trained") / "run"
+    return run, c2("train", "--scale", "smoke", f"data.dir={smoke_data}", "train.steps=40", "--out", str(run))
+
+def test_fresh_data_to_trained_model_generating(smoke_data, trained, tmp_path):
+    run, r = trained
     assert r.returncode == 0, r.stderr
     before, after = map(float, re.search(r"internal-codebase NLL: ([\d.]+) -> ([\d.]+)", r.stdout).groups())
     assert after < before - 0.5, r.stdout
-    ck = tmp_path / "run" / "last.pt"
-    assert ck.is_file() and (tmp_path / "run" / "metrics.csv").read_text().count("\n") == 41 and "stopped early" not in r.stdout
+    ck = run / "last.pt"
+    assert ck.is_file() and (run / "metrics.csv").read_text().count("\n") == 41 and "stopped early" not in r.stdout
     for spec in ["false", "true"]:
         g = c2("generate", "--scale", "smoke", f"data.dir={smoke_data}", "--checkpoint", str(ck), "--prompt", "def ",
                "-n", "2", "sample.max_new_tokens=12", f"sample.speculative={spec}")
@@ -84,3 +90,42 @@ def test_study_list_names_every_study_in_aligned_columns():
     lines = r.stdout.splitlines()
     assert r.returncode == 0 and [l.split()[0] for l in lines] == list(STUDIES)
     assert len({l.index("scales:") for l in lines}) == 1, r.stdout   # one column, however long "Figure 2 (right)" is
+
+HF_CHECK = """
+import json, sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+m, t = AutoModelForCausalLM.from_pretrained(sys.argv[1]), AutoTokenizer.from_pretrained(sys.argv[1])
+text = t.apply_chat_template([dict(role="user", content="Fix add() in m.py")], add_generation_prompt=True, tokenize=False)
+x = torch.tensor([t(text, add_special_tokens=False)["input_ids"]])
+out = m.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=12, min_new_tokens=12, do_sample=False)
+with torch.no_grad(): last = m(x).logits[0, -1]
+print(json.dumps(dict(prompt=x[0].tolist(), tokens=out[0, x.shape[1]:].tolist(), logits=last.tolist(), cls=type(m).__name__)))
+"""
+
+def test_export_to_hugging_face_and_import_back(smoke_data, trained, tmp_path):
+    "c2 export -> transformers alone (a fresh process, offline) equals our engine; c2 import -> the same bits."
+    import os, subprocess, sys, torch
+    from composer2.engine import Engine
+    from composer2.train import load_checkpoint
+    ck, hf = trained[0] / "last.pt", tmp_path / "hf"
+    r = c2("export", "--scale", "smoke", f"data.dir={smoke_data}", "--checkpoint", str(ck), "--out", str(hf))
+    assert r.returncode == 0, r.stderr
+    assert "Ernie4_5_MoeForCausalLM" in r.stdout and (hf / "model.safetensors").is_file() and (hf / "tokenizer.json").is_file()
+    p = subprocess.run([sys.executable, "-c", HF_CHECK, str(hf)], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads(p.stdout.splitlines()[-1])
+    model, _ = load_checkpoint(ck)
+    with torch.no_grad(): ours = model(torch.tensor([res["prompt"]])).logits[0, -1]
+    assert res["cls"] == "Ernie4_5_MoeForCausalLM" and (ours - torch.tensor(res["logits"])).abs().max() < 1e-4
+    gens, _ = Engine(model).generate([res["prompt"]], max_new_tokens=12, temperature=0.0, stop_ids=())
+    assert gens[0].tokens == res["tokens"]                        # greedy generate() == our engine's greedy tokens
+    r = c2("import", "--scale", "smoke", "--hf", str(hf), "--out", str(tmp_path / "back.pt"))
+    assert r.returncode == 0, r.stderr
+    back, _ = load_checkpoint(tmp_path / "back.pt")
+    assert back.cfg == model.cfg
+    assert all(torch.equal(back.state_dict()[n], t) for n, t in model.state_dict().items() if not n.endswith(".load"))
+    one_line_error(c2("export", "--scale", "smoke", f"data.dir={smoke_data}", "--checkpoint", str(ck), "--out", str(hf)),
+                   "exists and is not empty")
+    one_line_error(c2("import", "--scale", "smoke", "--hf", str(tmp_path), "--out", str(tmp_path / "x.pt")),
+                   "is not a Hugging Face model directory")
