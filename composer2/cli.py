@@ -247,9 +247,10 @@ def parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_tasks_oracle)
     q = tsub.add_parser("show", help="one task: prompt, files and the fix"); q.add_argument("id", help="a task id, e.g. syn-eval-00003")
     tasks_args(q, n=False); q.add_argument("--json", action="store_true"); q.set_defaults(fn=cmd_tasks_show)
-    q = tsub.add_parser("eval", help="evaluate a policy checkpoint on a suite: pass@1 and best-of-K with 95%% intervals"); tasks_args(q)
-    q.add_argument("--checkpoint", required=True, help="a pretraining stage's, SFT's or an RL run's .pt")
-    q.add_argument("--against", default=None, metavar="CHECKPOINT", help="a second policy: the paired change (common random numbers)")
+    q = tsub.add_parser("eval", help="evaluate a policy on a suite: pass@1 and best-of-K with 95%% intervals"); tasks_args(q)
+    q.add_argument("--policy", "--checkpoint", dest="policy", required=True, metavar="POLICY",
+                   help="a checkpoint (.pt of a pretraining stage, SFT or an RL run) or hf:DIR (a Hugging Face directory)")
+    q.add_argument("--against", default=None, metavar="POLICY", help="a second policy: the paired change (same sampling streams)")
     q.add_argument("-k", type=int, default=8, help="samples per task (default: 8)")
     q.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     q.add_argument("--out", default=None, help="also write the per-task results and the table as JSON here")
@@ -310,23 +311,29 @@ def main(argv=None):
 
 # %% ../nbs/23_cli.ipynb #23c008b
 def cmd_tasks_eval(a):
-    "`c2 tasks eval`: `composer2.rollout.evaluate_checkpoint` of one policy (and of `--against`), then `pass_table`."
+    """`c2 tasks eval`: `composer2.rollout.evaluate_checkpoint` (or, for `hf:DIR`, `composer2.hf.evaluate_hf`) of the
+    policy and of `--against`, then `pass_table`."""
     from tqdm.auto import tqdm
     from composer2.data import open_data
     from composer2.rollout import evaluate_checkpoint, pass_table
     from composer2.suites import load_suite
     if a.k < 1: raise C2Error(f"-k {a.k}: need at least one sample per task")
     cfg = _tasks_cfg(a)
-    data, tasks = open_data(cfg), load_suite(cfg, a.split, n=a.n)
+    tasks = load_suite(cfg, a.split, n=a.n)
     if not tasks: raise C2Error(f"no {cfg.tasks.suite} {a.split} tasks (-n {a.n})")
+    def evaluate(name, on_progress):
+        if name.startswith("hf:"):
+            from composer2.hf import evaluate_hf
+            return evaluate_hf(cfg, name[3:], tasks, a.k, a.seed, on_progress)
+        return evaluate_checkpoint(cfg, open_data(cfg), name, tasks, a.k, a.seed, on_progress)
     res, t0 = {}, time.time()
-    for name in filter(None, [a.checkpoint, a.against]):
-        with tqdm(total=len(tasks) * a.k, desc=f"eval {Path(name).name}", unit="ep", file=sys.stderr, disable=None) as bar:
-            res[name] = evaluate_checkpoint(cfg, data, name, tasks, a.k, a.seed, on_progress=lambda n: bar.update(n - bar.n))
-    table = pass_table(res[a.checkpoint], res.get(a.against), seed=a.seed)
+    for name in filter(None, [a.policy, a.against]):
+        with tqdm(total=len(tasks) * a.k, desc=f"eval {name}", unit="ep", file=sys.stderr, disable=None) as bar:
+            res[name] = evaluate(name, lambda n: bar.update(n - bar.n))
+    table = pass_table(res[a.policy], res.get(a.against), seed=a.seed)
     if a.out: atomic_write(Path(a.out), lambda f: f.write(json.dumps(dict(table=table, results=res), indent=1).encode()))
     if a.json: print(json.dumps(table, indent=1)); return
-    print(f"{a.checkpoint}: {len(tasks)} {cfg.tasks.suite} {a.split} tasks x {a.k} samples (seed {a.seed}, "
+    print(f"{a.policy}: {len(tasks)} {cfg.tasks.suite} {a.split} tasks x {a.k} samples (seed {a.seed}, "
           f"temperature {cfg.rl.temperature}), {time.time() - t0:.0f}s")
     vs = f"   change vs {a.against}" if a.against else ""
     print(f"{'K':>3}  {'best-of-K':>9}  {'95% interval':<16}{vs}")

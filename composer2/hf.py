@@ -4,14 +4,16 @@
 
 # %% ../nbs/22_hf.ipynb #22c03
 from __future__ import annotations
-import dataclasses, json, os, shutil
+import dataclasses, json, os, shutil, threading, time
 from pathlib import Path
 import torch
-from .config import C2Error, ModelConfig
+from .config import C2Error, Config, ModelConfig
+from .engine import Generation, stream_key
 from .model import MoETransformer, MoE
 
 # %% auto #0
-__all__ = ['CHAT_TEMPLATE', 'hf_config', 'to_hf', 'hf_config_to_model', 'from_hf', 'hf_tokenizer', 'export_hf', 'import_hf']
+__all__ = ['CHAT_TEMPLATE', 'hf_config', 'to_hf', 'hf_config_to_model', 'from_hf', 'hf_tokenizer', 'export_hf', 'import_hf',
+           'TokenizerData', 'HFServer', 'evaluate_hf']
 
 # %% ../nbs/22_hf.ipynb #22c06
 def _check(cfg: ModelConfig):
@@ -227,3 +229,66 @@ def import_hf(path) -> MoETransformer:
         _, unexpected = model.load_state_dict(load_file(str(mtp)), strict=False)
         if unexpected: raise C2Error(f"{mtp}: unexpected tensors {unexpected[:3]}")
     return model.eval()
+
+# %% ../nbs/22_hf.ipynb #22c19h
+class TokenizerData:
+    "What the harness reads of a `DataDir` (`tokenizer`, `encode`, `decode`), over a Hugging Face directory's `tokenizer.json`."
+    def __init__(self, path):
+        from tokenizers import Tokenizer
+        p = Path(path) / "tokenizer.json"
+        if not p.is_file(): raise C2Error(f"{path} has no tokenizer.json (a fast tokenizer): the harness cannot render transcripts for it")
+        self.tokenizer = Tokenizer.from_file(str(p))
+    def encode(self, text: str) -> list[int]: return self.tokenizer.encode(text, add_special_tokens=False).ids
+    def decode(self, ids) -> str: return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+
+class HFServer:
+    "`DecodeServer`'s interface over a Hugging Face causal LM `hf`, for evaluation (see above)."
+    def __init__(self, hf, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0):
+        self.hf, self.T, self.top_p, self.seed = hf.eval(), temperature, top_p, seed
+        self.seqs: dict[int, list] = {}                 # sequence id -> [fed token ids, stream key, draws so far]
+        self._next, self._lock = 0, threading.Lock()
+        self.stats = dict(sampled=0, fed=0, decode_steps=0, decode_rows=0, prefills=0, busy_s=0.0)
+
+    def open(self, stream: int | None = None) -> int:
+        with self._lock:
+            sid, self._next = self._next, self._next + 1
+            self.seqs[sid] = [[], stream_key("hf", self.seed, sid) if stream is None else stream, 0]
+            return sid
+
+    def close(self, sid: int):
+        with self._lock: self.seqs.pop(sid, None)
+
+    def shutdown(self): pass
+
+    @torch.no_grad()
+    def generate(self, sid: int, new: list[int], max_new_tokens: int, stop_ids=(1,), reset: bool = False) -> Generation:
+        "As `DecodeServer.generate`: feed `new` after the sequence (emptied with `reset`), sample up to a stop token; blocks."
+        with self._lock:
+            t0, st = time.perf_counter(), self.seqs[sid]
+            ids = ([] if reset else st[0]) + list(new)
+            dev = self.hf.device
+            x = torch.tensor([ids], device=dev)
+            kw = dict(do_sample=False) if self.T == 0 else dict(do_sample=True, temperature=self.T, top_p=self.top_p, top_k=0)
+            if self.T: torch.manual_seed(stream_key(st[1], st[2]) % 2 ** 63)
+            out = self.hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, eos_token_id=list(stop_ids),
+                                   pad_token_id=self.hf.config.pad_token_id, return_dict_in_generate=True, output_logits=True, **kw)
+            toks = out.sequences[0, len(ids):].tolist()
+            lps = [float((lg[0].float() / (self.T or 1.0)).log_softmax(-1)[t]) for lg, t in zip(out.logits, toks)]
+            st[0], st[2] = ids + toks[:-1], st[2] + len(toks)
+            n_fed = len(new) + len(toks) - 1
+            self.stats["sampled"] += len(toks); self.stats["fed"] += n_fed; self.stats["prefills"] += 1
+            self.stats["busy_s"] += time.perf_counter() - t0
+            return Generation(toks, lps, [0] * len(toks), torch.zeros((n_fed, 0, 0), dtype=torch.uint8),
+                              "stop" if toks and toks[-1] in stop_ids else "length", [0] * n_fed)
+
+def evaluate_hf(cfg: Config, path, tasks: list, k: int, seed: int = 0, on_progress=None) -> list[dict]:
+    """`composer2.rollout.evaluate_checkpoint` for the Hugging Face directory `path`: its model and its tokenizer through
+    `HFServer`, `EnginePolicy` and `Rollouts`; the same per-task results."""
+    from transformers import AutoModelForCausalLM
+    from composer2.rollout import Rollouts
+    path = Path(path)
+    if not (path / "config.json").is_file(): raise C2Error(f"{path} is not a Hugging Face model directory (no config.json)")
+    data = TokenizerData(path)
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    ro = Rollouts(None, data, cfg, seed=seed, server=HFServer(hf, cfg.rl.temperature, seed=seed))
+    return ro.evaluate(tasks, k, on_progress=on_progress)

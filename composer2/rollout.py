@@ -208,10 +208,11 @@ def injected_faults() -> dict[int, str]:
     return out
 
 class Rollouts:
-    "Agent episodes through one `DecodeServer`: training groups (`group`) and evaluations (`evaluate`); counts tokens and errors."
-    def __init__(self, engine: Engine, data, cfg: Config, seed: int = 0):
+    """Agent episodes through one `DecodeServer` of `engine` (or any `server` with its interface, e.g. a Hugging Face
+    model's, `composer2.hf.HFServer`): training groups (`group`) and evaluations (`evaluate`); counts tokens and errors."""
+    def __init__(self, engine: Engine | None, data, cfg: Config, seed: int = 0, server=None):
         self.cfg, self.data, self.seed = cfg, data, seed
-        self.server = DecodeServer(engine, cfg.rl.temperature, seed=seed)
+        self.server = server or DecodeServer(engine, cfg.rl.temperature, seed=seed)
         self.root = Path(cfg.sandbox.root) if cfg.sandbox.root else None
         self._lock = threading.Lock()
         self.sampled = self.fed = self.episodes = self.errors = self.started = 0

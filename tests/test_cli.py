@@ -103,7 +103,7 @@ print(json.dumps(dict(prompt=x[0].tolist(), tokens=out[0, x.shape[1]:].tolist(),
 """
 
 def test_export_to_hugging_face_and_import_back(smoke_data, trained, tmp_path):
-    "c2 export -> transformers alone (a fresh process, offline) equals our engine; c2 import -> the same bits."
+    "c2 export -> transformers alone (a fresh process, offline) equals our engine, in the harness too; c2 import -> the same bits."
     import os, subprocess, sys, torch
     from composer2.engine import Engine
     from composer2.train import load_checkpoint
@@ -120,6 +120,13 @@ def test_export_to_hugging_face_and_import_back(smoke_data, trained, tmp_path):
     assert res["cls"] == "Ernie4_5_MoeForCausalLM" and (ours - torch.tensor(res["logits"])).abs().max() < 1e-4
     gens, _ = Engine(model).generate([res["prompt"]], max_new_tokens=12, temperature=0.0, stop_ids=())
     assert gens[0].tokens == res["tokens"]                        # greedy generate() == our engine's greedy tokens
+    # the exported directory as a policy in the harness (transformers' generate() behind our EnginePolicy), against the
+    # checkpoint through our engine, greedy: the same episodes
+    e = c2("tasks", "eval", "--scale", "smoke", f"data.dir={smoke_data}", "--policy", f"hf:{hf}", "--against", str(ck),
+           "-n", "2", "-k", "1", "rl.temperature=0", "--json", "--out", str(tmp_path / "ev.json"))
+    assert e.returncode == 0, e.stderr
+    runs = json.loads((tmp_path / "ev.json").read_text())["results"]
+    assert runs[f"hf:{hf}"] == runs[str(ck)] and sum(t["tokens"] for t in runs[str(ck)]) > 0
     r = c2("import", "--scale", "smoke", "--hf", str(hf), "--out", str(tmp_path / "back.pt"))
     assert r.returncode == 0, r.stderr
     back, _ = load_checkpoint(tmp_path / "back.pt")
