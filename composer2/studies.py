@@ -13,22 +13,23 @@ import numpy as np, yaml
 from .config import C2Error, atomic_write, repo_root
 
 # %% auto #0
-__all__ = ['STUDIES', 'SCALES', 'RESERVED', 'STUDY_CODE', 'LOCAL_SLURM_DIR', 'RESOURCE_KEYS', 'Study', 'studies_dir',
-           'results_root', 'jobs_dir', 'get_study', 'study_scales', 'notebook_parameters', 'coerce_param',
-           'split_assignment', 'load_scale', 'resolve_params', 'claim', 'write_results', 'load_results', 'save_figure',
-           'Checkpoint', 'paired_bootstrap', 'slope_interval', 'run_key', 'study_runs', 'StudyFailed', 'device_info',
-           'default_out', 'check_out_dir', 'provenance', 'is_stale', 'cell_seconds', 'CellProgress', 'clean_notebook',
-           'render_html', 'run_study', 'index_rows', 'scale_label', 'code_label', 'build_index', 'slurm_env',
-           'use_slurm_env', 'slurm_problem', 'StudyJob', 'job_resources', 'expand_sweeps', 'submit_study', 'wait_jobs',
-           'study_jobs', 'reproduce_plan', 'reproduce']
+__all__ = ['STUDIES', 'SCALES', 'RESERVED', 'STUDY_CODE', 'INDEX_INTRO', 'LOCAL_SLURM_DIR', 'RESOURCE_KEYS', 'Study',
+           'studies_dir', 'results_root', 'jobs_dir', 'get_study', 'study_scales', 'notebook_parameters',
+           'coerce_param', 'split_assignment', 'load_scale', 'resolve_params', 'claim', 'write_results', 'load_results',
+           'save_figure', 'Checkpoint', 'paired_bootstrap', 'slope_interval', 'run_key', 'study_runs', 'StudyFailed',
+           'device_info', 'default_out', 'check_out_dir', 'provenance', 'is_stale', 'cell_seconds', 'CellProgress',
+           'clean_notebook', 'render_html', 'run_study', 'index_runs', 'scale_label', 'code_label', 'build_index',
+           'slurm_env', 'use_slurm_env', 'slurm_problem', 'StudyJob', 'job_resources', 'expand_sweeps', 'submit_study',
+           'wait_jobs', 'study_jobs', 'reproduce_plan', 'reproduce']
 
 # %% ../nbs/08_studies.ipynb #08c005
 @dataclass(frozen=True)
 class Study:
-    "A registered study: its notebook reproduces `reproduces` (a figure or claim of the report)."
+    "A registered study: its notebook reproduces `reproduces` (a figure or claim of the report), which found `finding`."
     name: str
     reproduces: str
     title: str
+    finding: str = ""
 
     @property
     def notebook(self) -> Path: return studies_dir() / f"{self.name}.ipynb"
@@ -36,12 +37,23 @@ class Study:
     def configs(self) -> Path: return studies_dir() / "configs" / self.name
 
 STUDIES = {s.name: s for s in [
-    Study("kl_estimators", "Figure 4", "Bias and variance of the KL estimators k1, k2, k3 against the true KL"),
-    Study("length_penalty", "Figure 6", "The concave length penalty C(x), and why a concave penalty does not starve hard tasks"),
-    Study("cpt_loss", "Figure 2 (right)", "Internal-codebase loss of continued pretraining at three compute levels, log-linear in tokens"),
-    Study("c2bench", "Figure 7", "c2bench, a bug-fix benchmark from real code: lines changed, prompt length, categories, validity"),
-    Study("best_of_k", "Figure 5", "Held-out pass@1 and best-of-K before and during RL from the SFT checkpoint"),
-    Study("rl_systems", "Section 4/6", "Async vs sync RL at one staleness bound; router replay and the train/inference mismatch; weight deltas"),
+    Study("kl_estimators", "Figure 4", "Bias and variance of the KL estimators k1, k2, k3 against the true KL",
+          "k1 = -log r and k3 = (r - 1) - log r are unbiased, k2 = (log r)^2 / 2 is biased; between two unit-variance "
+          "Gaussians k3's variance blows up as the KL grows. The report uses k1."),
+    Study("length_penalty", "Figure 6", "The concave length penalty C(x), and why a concave penalty does not starve hard tasks",
+          "C(x) = ((1 + kx)^(1-q) - 1) / (k(1-q)) is concave and increasing: each extra unit of effort costs more on easy "
+          "tasks than on long ones (k, q and the effort weights are not published)."),
+    Study("cpt_loss", "Figure 2 (right)", "Internal-codebase loss of continued pretraining at three compute levels, log-linear in tokens",
+          "Internal-codebase loss falls log-linearly with training at three log-spaced compute levels; more compute ends lower."),
+    Study("c2bench", "Figure 7", "c2bench, a bug-fix benchmark from real code: lines changed, prompt length, categories, validity",
+          "CursorBench: median 181 lines changed (SWE-bench: 7-10) and a median task description of 390 characters "
+          "(public benchmarks: 1,185-3,055)."),
+    Study("best_of_k", "Figure 5", "Held-out pass@1 and best-of-K before and during RL from the SFT checkpoint",
+          "During RL the average reward and best-of-K both rise on a held-out set: no trade-off, RL widens the set of "
+          "problems solved rather than only sharpening."),
+    Study("rl_systems", "Section 4/6", "Async vs sync RL at one staleness bound; router replay and the train/inference mismatch; weight deltas",
+          "Highly asynchronous RL with in-flight weight updates stays near on-policy; router replay (with the plausibility "
+          "fallback) cuts the train/inference mismatch, p99 included; weights sync fast."),
 ]}
 SCALES = ["smoke", "cpu", "gpu"]
 RESERVED = {"scale": "--scale", "out_dir": "--out"}   # parameters the runner sets itself
@@ -446,10 +458,11 @@ def _fmt(v) -> str:
         return f"{v:.2e}"
     return str(v)
 
-def index_rows(root) -> list[dict]:
-    "One dict per (study, scale, claim) found under `root`, or one per failed run."
-    rows = []
-    root = Path(root)
+def index_runs(root) -> list[dict]:
+    """One dict per study run found under `root` (`STUDY/SCALE/results.json`): the study and what the report found, the
+    scale, device, commit and time, links to its executed notebook and `results.json`, its figures, and its claims
+    (none shown for a failed run: its `error` instead)."""
+    runs, root = [], Path(root)
     for res_path in sorted(root.glob("*/*/results.json")):
         try: res = json.loads(res_path.read_text())
         except ValueError: continue
@@ -457,20 +470,15 @@ def index_rows(root) -> list[dict]:
         rel = d.relative_to(root).as_posix()
         st = STUDIES.get(res.get("study"))
         page = res.get("html") if res.get("html") and (d / res["html"]).is_file() else res.get("notebook", "")
-        base = {"study": res.get("study"), "reproduces": st.reproduces if st else "",
-                "scale": scale_label(res.get("scale", d.name), res.get("device", "")), "when": res.get("finished", ""),
-                "dir": rel, "notebook": f"{rel}/{page}", "device": res.get("device", ""), "code": code_label(res)}
-        figs = res.get("figures") or []
-        if res.get("status") != "ok":
-            rows.append({**base, "claim": "(the study failed)", "statement": res.get("error") or "failed", "measured": None,
-                         "threshold": "", "holds": None, "status": "failed", "thumb": None})
-            continue
-        for c in res.get("claims", []):
-            fig = c.get("figure") or (figs[0].rsplit(".", 1)[0] if figs else None)
-            rows.append({**base, "claim": c["id"], "statement": c["statement"], "measured": c["measured"],
-                         "threshold": c["threshold"], "holds": bool(c["holds"]), "status": "ok",
-                         "thumb": f"{rel}/{fig}.png" if fig and (d / f"{fig}.png").is_file() else None})
-    return rows
+        ok = res.get("status") == "ok"
+        runs.append({"study": res.get("study"), "reproduces": st.reproduces if st else "", "title": st.title if st else "",
+                     "finding": st.finding if st else "", "scale": scale_label(res.get("scale", d.name), res.get("device", "")),
+                     "when": res.get("finished", "")[:16].replace("T", " "), "dir": rel, "page": f"{rel}/{page}",
+                     "results": f"{rel}/results.json", "device": res.get("device", ""), "code": code_label(res),
+                     "status": "ok" if ok else "failed", "error": None if ok else (res.get("error") or "failed"),
+                     "figures": [f"{rel}/{f}" for f in res.get("figures") or [] if f.endswith(".png") and (d / f).is_file()],
+                     "claims": [dict(c, holds=bool(c["holds"])) for c in res.get("claims", [])] if ok else []})
+    return runs
 
 def scale_label(scale: str, device: str) -> str:
     "The scale as the index shows it: a gpu-scale run that ran on a CPU says so, so the name never implies a device."
@@ -482,49 +490,77 @@ def code_label(res: dict) -> str:
     flags = (["dirty"] if res.get("dirty") else []) + (["stale"] if is_stale(res) else [])
     return res["commit"] + (f" ({', '.join(flags)})" if flags else "")
 
-def _verdict(r): return "FAILED" if r["status"] != "ok" else ("holds" if r["holds"] else "does not hold")
+def _anchor(r) -> str: return f"{r['study']}-{r['dir'].split('/')[-1]}"
+
+def _md_cell(text: str) -> str: return text.replace("|", "\\|")
+
+def _holding(r) -> str: return "FAILED" if r["status"] != "ok" else f"{sum(c['holds'] for c in r['claims'])} of {len(r['claims'])}"
+
+INDEX_INTRO = ("Each section is one study run: what the report found, our figure, and each claim with the value the study "
+               "measured, its threshold and whether it holds at that scale. Regenerate with `make reproduce` (or `c2 study "
+               "run NAME --scale S`); figures are drawn from each run's `results.json`. A failed run is marked failed, never "
+               "as holding. *code* is the commit a run came from: *dirty* when the checkout had uncommitted changes, *stale* "
+               "when the library or the study changed since.")
+
+def _md_inline_html(text: str) -> str:
+    "Escaped `text` with markdown's inline `code` and *emphasis* as HTML."
+    t = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text, quote=False))
+    return re.sub(r"\*([^*]+)\*", r"<i>\1</i>", t)
 
 def build_index(root=None) -> Path:
-    "Write `index.md` and `index.html` over every `*/*/results.json` under `root` (default `results_root()`)."
+    """Write `index.md` and `index.html` over every `*/*/results.json` under `root` (default `results_root()`): a summary
+    table (claims holding per study and scale), then one section per run -- the report's finding, the run's figures at a
+    readable size, its claims table, links to the executed notebook and `results.json`."""
     root = Path(root or results_root()); root.mkdir(parents=True, exist_ok=True)
-    rows = index_rows(root)
-    md = ["# Study results", "",
-          "Each row is one claim of the Composer 2 report, the value a study measured for it, and whether it holds at that",
-          "scale. Regenerate with `make reproduce` (or `c2 study run NAME --scale S`); figures are drawn from each run's",
-          "`results.json`. A failed run is marked failed, never as holding. *code* is the commit a run came from: *dirty*",
-          "when the checkout had uncommitted changes, *stale* when the library or the study changed since.", "",
-          "| figure | study | claim | measured | threshold | holds | scale | when | code |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        thumb = f'<a href="{r["thumb"]}"><img src="{r["thumb"]}" width="160"></a>' if r["thumb"] else ""
-        stmt = r["statement"].replace("|", "\\|")
-        md.append(f"| {thumb} | [{r['study']}]({r['notebook']}) ({r['reproduces']}) | **{r['claim']}**: {stmt} | "
-                  f"{_fmt(r['measured'])} | {r['threshold']} | {_verdict(r)} | {r['scale']} | {r['when'][:16].replace('T', ' ')} | {r['code']} |")
-    if not rows: md.append("| | no results yet: run `make reproduce` | | | | | | | |")
+    runs = index_runs(root)
+    md = ["# Study results", "", INDEX_INTRO, "", "| study | reproduces | scale | claims holding | code | finished |",
+          "|---|---|---|---|---|---|"]
+    md += [f"| [{r['study']}](#{_anchor(r)}) | {r['reproduces']} | {r['scale']} | {_holding(r)} | {r['code']} | {r['when']} |" for r in runs]
+    if not runs: md.append("| no results yet: run `make reproduce` | | | | | |")
+    for r in runs:
+        md += ["", f'<a id="{_anchor(r)}"></a>', f"## {r['study']} ({r['scale']}): {r['title']}", "",
+               f"**The report ({r['reproduces']}):** {r['finding']}", ""]
+        md += [f'<img src="{f}" width="860">' for f in r["figures"]] + ([""] if r["figures"] else [])
+        if r["status"] != "ok": md.append(f"**FAILED**: {r['error']}")
+        else:
+            md += ["| claim | measured | threshold | holds |", "|---|---|---|---|"]
+            md += [f"| **{c['id']}**: {_md_cell(c['statement'])} | {_fmt(c['measured'])} | {c['threshold']} | "
+                   f"{'holds' if c['holds'] else 'does not hold'} |" for c in r["claims"]]
+        md += ["", f"[executed notebook]({r['page']}) · [results.json]({r['results']}) · {r['device']} · code {r['code']} · {r['when']}"]
     atomic_write(root / "index.md", "\n".join(md) + "\n")
     e = html.escape
-    trs = []
-    for r in rows:
-        cls = "failed" if r["status"] != "ok" else ("holds" if r["holds"] else "nothold")
-        thumb = f'<a href="{e(r["thumb"])}"><img src="{e(r["thumb"])}" alt="{e(r["claim"])}"></a>' if r["thumb"] else ""
-        trs.append(f'<tr class="{cls}"><td>{thumb}</td><td><a href="{e(r["notebook"])}">{e(str(r["study"]))}</a><br>'
-                   f'<small>{e(r["reproduces"])}</small></td><td><b>{e(r["claim"])}</b><br>{e(r["statement"])}</td>'
-                   f'<td>{e(_fmt(r["measured"]))}</td><td>{e(r["threshold"])}</td><td>{e(_verdict(r))}</td>'
-                   f'<td>{e(str(r["scale"]))}</td><td>{e(r["when"][:16].replace("T", " "))}<br><small>{e(r["device"])}</small></td><td>{e(r["code"])}</td></tr>')
+    summary = "".join(f'<tr><td><a href="#{e(_anchor(r))}">{e(str(r["study"]))}</a></td><td>{e(r["reproduces"])}</td>'
+                      f'<td>{e(r["scale"])}</td><td class="{"failed" if r["status"] != "ok" else "n"}">{e(_holding(r))}</td>'
+                      f'<td>{e(r["code"])}</td><td>{e(r["when"])}</td></tr>' for r in runs)
+    sections = []
+    for r in runs:
+        figs = "".join(f'<a href="{e(f)}"><img src="{e(f)}" alt="{e(str(r["study"]))} figure"></a>' for f in r["figures"])
+        if r["status"] != "ok": body = f'<p class="failed"><b>FAILED</b>: {e(r["error"])}</p>'
+        else:
+            trs = "".join(f'<tr class="{"holds" if c["holds"] else "nothold"}"><td><b>{e(c["id"])}</b><br>{e(c["statement"])}</td>'
+                          f'<td>{e(_fmt(c["measured"]))}</td><td>{e(c["threshold"])}</td>'
+                          f'<td>{"holds" if c["holds"] else "does not hold"}</td></tr>' for c in r["claims"])
+            body = f"<table><tr><th>claim</th><th>measured</th><th>threshold</th><th>holds</th></tr>{trs}</table>"
+        sections.append(f'<section id="{e(_anchor(r))}"><h2>{e(str(r["study"]))} ({e(r["scale"])}): {e(r["title"])}</h2>'
+                        f'<p class="report"><b>The report ({e(r["reproduces"])}):</b> {e(r["finding"])}</p>{figs}{body}'
+                        f'<p class="meta"><a href="{e(r["page"])}">executed notebook</a> · <a href="{e(r["results"])}">results.json</a>'
+                        f' · {e(r["device"])} · code {e(r["code"])} · {e(r["when"])}</p></section>')
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>composer2: study results</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2em; }} table {{ border-collapse: collapse; }}
-td, th {{ border: 1px solid #ccc; padding: 6px 8px; vertical-align: top; text-align: left; }}
-img {{ width: 180px; }} tr.holds td:nth-child(6) {{ color: #11691e; font-weight: bold; }}
-tr.nothold td:nth-child(6), tr.failed td:nth-child(6) {{ color: #b00020; font-weight: bold; }}
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; padding: 0 1em; }}
+table {{ border-collapse: collapse; margin: 0.5em 0; }} td, th {{ border: 1px solid #ccc; padding: 6px 8px; vertical-align: top; text-align: left; }}
+section img {{ display: block; max-width: 100%; margin: 0.5em 0; }} .report {{ background: #f4f4f8; padding: 0.6em; }}
+tr.holds td:last-child {{ color: #11691e; font-weight: bold; }} tr.nothold td:last-child, .failed {{ color: #b00020; font-weight: bold; }}
+.meta {{ color: #555; font-size: 90%; }}
 </style></head><body>
 <h1>Study results</h1>
-<p>Each row is one claim of the Composer 2 report, the value a study measured for it, and whether it holds at that scale.
-Regenerate with <code>make reproduce</code>. A failed run is marked failed, never as holding. <i>code</i> is the commit a run
-came from: <i>dirty</i> when the checkout had uncommitted changes, <i>stale</i> when the library or the study changed since.</p>
-<table><tr><th>figure</th><th>study</th><th>claim</th><th>measured</th><th>threshold</th><th>holds</th><th>scale</th><th>when</th><th>code</th></tr>
-{chr(10).join(trs) or '<tr><td colspan="9">no results yet: run <code>make reproduce</code></td></tr>'}
-</table></body></html>
+<p>{_md_inline_html(INDEX_INTRO)}</p>
+<table><tr><th>study</th><th>reproduces</th><th>scale</th><th>claims holding</th><th>code</th><th>finished</th></tr>
+{summary or '<tr><td colspan="6">no results yet: run <code>make reproduce</code></td></tr>'}
+</table>
+{chr(10).join(sections)}
+</body></html>
 """
     atomic_write(root / "index.html", page)
     return root / "index.md"
