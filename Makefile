@@ -10,7 +10,7 @@ EXECUTOR ?= local
 LAB_DIR ?= .
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)   # Jupyter refuses root otherwise (CI runs as root)
 
-.PHONY: setup system-packages test reproduce lab export clean-venv slurm-up slurm-down
+.PHONY: setup system-packages test reproduce pipeline lab export clean-venv slurm-up slurm-down
 
 setup: system-packages $(STAMP)
 
@@ -39,6 +39,11 @@ test: setup
 
 reproduce: setup
 	$(BIN)/c2 reproduce --scale $(SCALE) --executor $(EXECUTOR)
+
+# the whole story in order (data -> pretraining -> SFT -> RL -> evaluation), one c2 command per step; EXECUTOR=slurm
+# submits each step as a Slurm job that waits for the one before it
+pipeline: setup
+	SCALE=$(SCALE) EXECUTOR=$(EXECUTOR) ./pipeline.sh
 
 lab: setup
 	@echo "JupyterLab: http://127.0.0.1:$(PORT)/lab?token=$(TOKEN)"

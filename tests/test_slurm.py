@@ -109,6 +109,30 @@ def test_preempted_job_resumes_from_its_checkpoint(cluster, tmp_path):
     log = (out / "kl_estimators.log").read_text()
     assert "checkpoint: 0 finished KL points" in log and f"checkpoint: {res['metrics']['resumed_units']} finished KL points" in log
 
+def test_pipeline_is_a_chain_of_dependent_jobs(cluster, tmp_path):
+    "EXECUTOR=slurm ./pipeline.sh at smoke scale: eight jobs, each starting after the one before it ended, ending in the evaluation."
+    import sys
+    runs = tmp_path / "pipeline"
+    env = dict(os.environ, SLURM_CONF=str(CONF), EXECUTOR="slurm", SCALE="smoke", RUNS=str(runs),
+               C2=str(Path(sys.executable).parent / "c2"))
+    tiny = ["pretrain.base_steps=4", "pretrain.cpt_steps=2", "pretrain.mtp_steps=2", "pretrain.long_steps=2", "pretrain.sft_steps=4",
+            "pretrain.sft_oracle=4", "tasks.n_eval=4", "rl.steps=2"]
+    r = subprocess.run(["bash", str(ROOT / "pipeline.sh"), *tiny], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    jobs = [l.split(": Slurm job ") for l in r.stdout.splitlines() if ": Slurm job " in l]
+    assert [n for n, _ in jobs] == ["data", "base", "cpt", "mtp", "long", "sft", "rl", "eval"], r.stdout
+    deadline, last = time.time() + 900, jobs[-1][1]
+    while time.time() < deadline and (not sacct(last) or sacct(last)[0][1] in ("PENDING", "RUNNING", "COMPLETING")):
+        time.sleep(2)
+    q = subprocess.run(["sacct", "-j", ",".join(j for _, j in jobs), "-X", "-n", "-P", "-o", "JobID,State,Start,End"],
+                       capture_output=True, text=True, timeout=30, env=env)
+    rows = {l.split("|")[0]: l.split("|")[1:] for l in q.stdout.splitlines() if l}
+    states = [rows[j][0] for _, j in jobs]
+    assert states == ["COMPLETED"] * 8, (states, sorted(runs.glob("slurm-*.out")))
+    for (_, a), (_, b) in zip(jobs, jobs[1:]): assert rows[b][1] >= rows[a][2], (a, b, rows)   # b started after a ended
+    ev = json.loads((runs / "eval.json").read_text())
+    assert [t["k"] for t in ev["table"]] == [1, 2, 4] and "change" in ev["table"][0]   # RL against SFT on held-out tasks
+
 def test_cluster_stops_by_pid_and_starts_again(cluster):
     pids = [int((SLURM_DIR / f).read_text()) for f in DAEMONS]
     r = sh("down")
