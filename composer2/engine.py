@@ -248,10 +248,13 @@ class DecodeServer:
     steps and every token is tagged with the version that sampled it; caches built under older weights are kept (as
     PipelineRL does: recomputing every live cache at each update would cost a prefill of all of them per RL step), and
     the version that encoded each fed position is reported so the trainer can tell exactly on-policy segments apart.
-    Each sequence samples from its own stream (`stream_uniforms`): given at `open`, or derived from `seed` and its id."""
+    Each sequence samples from its own stream (`stream_uniforms`): given at `open`, or derived from `seed` and its id.
+    The loop thread computes with `threads` intra-op CPU threads (default 1): on a 2-core CPU a two-thread OpenMP team
+    driven from a thread other than the main one made a batch-32 decode step of the cpu-scale model ~3x slower (12 ms
+    against 4 ms), while one thread there is as fast as two on the main thread (`kernels/bench_hf_decode.py`)."""
     def __init__(self, engine: Engine, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, rows: int = 16,
-                 prefill_tokens: int = 8192):
-        self.engine, self.T, self.top_p, self.prefill_tokens = engine, temperature, top_p, prefill_tokens
+                 prefill_tokens: int = 8192, threads: int | None = 1):
+        self.engine, self.T, self.top_p, self.prefill_tokens, self.threads = engine, temperature, top_p, prefill_tokens, threads
         self.seed = seed
         self.stream: dict[int, list[int]] = {}            # sequence id -> [stream key, draws so far]
         self.pool = engine.model.new_cache(rows, capacity=128, slots=True)
@@ -386,6 +389,7 @@ class DecodeServer:
         self._retire(self._record(self.active, tok, lp))
 
     def _loop(self):
+        if self.threads: torch.set_num_threads(self.threads)   # this thread's own setting: the caller's is left alone
         while True:
             with self._cv:
                 while not self._stop and not self.pending and not self.active and not self._closing: self._cv.wait()
