@@ -16,7 +16,7 @@ The rollout part uses one torch thread, as a rollout worker does. The results ar
 kernels/results/rollout_<device>.json, with `rollout_speedup` (new / old sampled tokens/s) and `step_speedup`
 (old / new median step time).
 """
-import argparse, csv, importlib.util, json, os, platform, shutil, subprocess, sys, tempfile, threading, time
+import argparse, csv, json, os, platform, shutil, subprocess, sys, tempfile, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import numpy as np
@@ -38,12 +38,34 @@ def old_checkout(dest: Path) -> Path:
     subprocess.run(["tar", "-x", "-C", str(dest)], input=arch, check=True)
     return dest
 
-def load_old_async_rl(checkout: Path):
-    "The old async_rl module, its relative imports resolved against today's package (engine, rl, tasks keep their API)."
-    spec = importlib.util.spec_from_file_location("composer2._old_async_rl", checkout / "composer2" / "async_rl.py")
-    mod = importlib.util.module_from_spec(spec); mod.__package__ = "composer2"
-    sys.modules[spec.name] = mod; spec.loader.exec_module(mod)
-    return mod
+OLD_ROLLOUTS = """
+import dataclasses, json, sys, time
+import numpy as np, torch
+torch.set_num_threads(1)
+from composer2.async_rl import RolloutWorkerImpl
+from composer2.config import load_config
+from composer2.rl import publishable
+from composer2.tasks import load_suite
+from composer2.train import load_checkpoint
+ckpt, scale, prompts, group, settings = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
+cfg = load_config(scale, overrides=settings)
+model, _ = load_checkpoint(ckpt)
+tasks = load_suite(cfg, "train")[:prompts]
+w = RolloutWorkerImpl(cfg, 0, dataclasses.asdict(model.cfg), publishable(model.state_dict()), 0, tasks)
+t0 = time.perf_counter()
+groups = [w.rollout_group(t, group, 0) for t in tasks]            # one group at a time, as the old worker did
+dt = time.perf_counter() - t0
+print(json.dumps(dict(seconds=dt, episodes=len(tasks) * group, sampled=sum(r.n_sampled for g in groups for r in g.rollouts),
+                      fed=w.fed, mean_batch=float(np.mean(w.batcher.batch_sizes)))))
+"""
+
+def old_rollouts(args, checkout: Path) -> dict:
+    "The old path's rollouts, in a process of its own that imports composer2 at OLD_REV (today's modules moved since)."
+    env = {**os.environ, "PYTHONPATH": str(checkout), "C2_SCALES": str(ROOT / "nbs" / "scales")}
+    p = subprocess.run([sys.executable, "-c", OLD_ROLLOUTS, args.checkpoint, args.scale, str(args.prompts), str(args.group),
+                        *SETTINGS], env=env, cwd=checkout, capture_output=True, text=True)
+    if p.returncode != 0: raise SystemExit(f"old rollouts failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 def bench_rollouts(args, ck, checkout) -> dict:
     import dataclasses
@@ -59,14 +81,7 @@ def bench_rollouts(args, ck, checkout) -> dict:
     data = open_data(cfg)
     model_cfg = dataclasses.asdict(ck["_model"].cfg); published = publishable(ck["_model"].state_dict())
     tasks = load_suite(cfg, "train")[: args.prompts]
-    out = {}
-    old = load_old_async_rl(checkout)
-    w = old.RolloutWorkerImpl(cfg, 0, model_cfg, published, 0, tasks)
-    t0 = time.perf_counter()
-    groups = [w.rollout_group(t, args.group, 0) for t in tasks]            # one group at a time, as the old worker did
-    dt = time.perf_counter() - t0
-    out["old"] = dict(seconds=dt, episodes=len(tasks) * args.group, sampled=sum(r.n_sampled for g in groups for r in g.rollouts),
-                      fed=w.fed, mean_batch=float(np.mean(w.batcher.batch_sizes)))
+    out = {"old": old_rollouts(args, checkout)}
     ro = Rollouts(Engine(build_policy(model_cfg, published, cfg)), data, cfg, seed=0)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(len(tasks)) as ex:                             # every group in flight, as the new worker does
@@ -111,6 +126,7 @@ def main():
     ap.add_argument("--steps", type=int, default=6, help="RL steps per path (0: skip the step-time part)")
     ap.add_argument("--out", default=str(ROOT / "kernels" / "results"))
     args = ap.parse_args()
+    args.checkpoint = str(Path(args.checkpoint).resolve())   # the old path runs in its own checkout directory
     from composer2.config import C2Error
     from composer2.train import load_checkpoint
     try: model, ck = load_checkpoint(args.checkpoint)
