@@ -23,7 +23,7 @@ def run_bench(tmp_path, *parts):
 def test_bench_smoke_kernels(tmp_path):
     res = run_bench(tmp_path, "quant", "gemm", "nvfp4_quant", "nvfp4_gemm")
     (q,) = res["nvfp4_quant"]
-    assert q["ours to_nvfp4 (triton)"]["GBps"] > 0 and q["bit_exact_vs_torch_first_256_rows"] is True
+    assert q["ours to_nvfp4 (triton)"]["ms"] > 0 and q["bit_exact_vs_torch_first_256_rows"] is True   # timed (GB/s rounds to 0 under the interpreter)
     for row in res["nvfp4_gemm"]:
         assert {"nvfp4 ours (dequant)", "nvfp4 ours (dot_scaled)"} <= set(row["results"]), row["results"]
         assert all(e < 1e-5 for e in row["rel_err_vs_fp64"].values()), row["rel_err_vs_fp64"]

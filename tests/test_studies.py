@@ -186,7 +186,8 @@ def test_failed_notebook_is_marked_failed(tmp_path):
     nb = json.loads((out / "length_penalty.ipynb").read_text())      # the partial executed notebook
     assert any(o.get("output_type") == "error" for c in nb["cells"] for o in c.get("outputs", []))
     md = (tmp_path / "results" / "index.md").read_text()
-    assert "| FAILED | smoke |" in md and not any("| holds | smoke" in l for l in md.splitlines())
+    assert "| [length_penalty](#length_penalty-smoke) | Figure 6 | smoke | FAILED |" in md and "**FAILED**: " in md
+    assert "| holds |" not in md and "| does not hold |" not in md   # a failed run shows no claims
 
 @pytest.mark.parametrize("argv,fragments", [
     (["study", "run", "nope"], ["unknown study 'nope'", "kl_estimators, length_penalty"]),
