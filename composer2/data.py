@@ -14,7 +14,8 @@ from .config import C2Error, Config, DataConfig, load_config, repo_root
 
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'PAD_ID', 'EOS_ID', 'FORMAT', 'SPLITS', 'data_root', 'SourceFile', 'collect_code', 'collect_prose',
-           'internal_codebase', 'manifest', 'build_data', 'DataDir', 'open_data', 'random_batch', 'eval_windows']
+           'internal_codebase', 'manifest', 'build_data', 'TokenizerFile', 'DataDir', 'open_data', 'random_batch',
+           'eval_windows']
 
 # %% ../nbs/01_data.ipynb #01c004
 SPECIAL_TOKENS = ["<|pad|>", "<|eos|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool_call|>", "<|/tool_call|>",
@@ -201,32 +202,37 @@ def build_data(cfg: Config | DataConfig, progress: bool = True, force: bool = Fa
     return DataDir(out)
 
 # %% ../nbs/01_data.ipynb #01c020
-class DataDir:
-    "A built data directory: manifest, tokenizer and read-only token shards."
-    def __init__(self, path, scale: str | None = None):
+class TokenizerFile:
+    "The tokenizer of a directory's `tokenizer.json` (`tokenizer`, `vocab_size`, `encode`, `decode`): what the agent harness reads."
+    def __init__(self, path):
         from tokenizers import Tokenizer
-        self.path, self._internal = Path(path), None
-        if not (self.path / "DONE").is_file():
-            raise C2Error(f"no built data at {self.path}: run `c2 data build --scale {scale or 'SCALE'}`")
-        try: self.manifest = json.loads((self.path / "manifest.json").read_text())
-        except (OSError, ValueError) as e: raise C2Error(f"manifest {self.path / 'manifest.json'} is unreadable: {e}") from None
-        tp = self.path / "tokenizer.json"
+        tp = Path(path) / "tokenizer.json"
         try: self.tokenizer = Tokenizer.from_file(str(tp))
         except Exception as e:
             why = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise C2Error(f"tokenizer file {tp} is unreadable: {why}") from None
         self.vocab_size = self.tokenizer.get_vocab_size()
-    def tokens(self, split: str) -> np.memmap:
-        "The packed uint16 token stream of `split` (one of `SPLITS`), memory-mapped read-only."
-        if split not in SPLITS: raise C2Error(f"unknown split {split!r} (choose from {', '.join(SPLITS)})")
-        p = self.path / f"{split}.bin"  # numpy cannot map an empty file
-        return np.memmap(p, dtype="<u2", mode="r") if p.stat().st_size else np.zeros(0, dtype="<u2")
     def encode(self, text: str) -> list[int]:
         "Token ids of `text`; special-token strings become their ids."
         return self.tokenizer.encode(text, add_special_tokens=False).ids
     def decode(self, ids) -> str:
         "The text of `ids`, special tokens included: `decode(encode(s)) == s`."
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+
+class DataDir(TokenizerFile):
+    "A built data directory: manifest, tokenizer and read-only token shards."
+    def __init__(self, path, scale: str | None = None):
+        self.path, self._internal = Path(path), None
+        if not (self.path / "DONE").is_file():
+            raise C2Error(f"no built data at {self.path}: run `c2 data build --scale {scale or 'SCALE'}`")
+        try: self.manifest = json.loads((self.path / "manifest.json").read_text())
+        except (OSError, ValueError) as e: raise C2Error(f"manifest {self.path / 'manifest.json'} is unreadable: {e}") from None
+        super().__init__(self.path)
+    def tokens(self, split: str) -> np.memmap:
+        "The packed uint16 token stream of `split` (one of `SPLITS`), memory-mapped read-only."
+        if split not in SPLITS: raise C2Error(f"unknown split {split!r} (choose from {', '.join(SPLITS)})")
+        p = self.path / f"{split}.bin"  # numpy cannot map an empty file
+        return np.memmap(p, dtype="<u2", mode="r") if p.stat().st_size else np.zeros(0, dtype="<u2")
     def internal_tokens(self) -> np.ndarray:
         "The internal codebase encoded with this tokenizer (computed on first use, kept in memory only)."
         if self._internal is None: self._internal = np.asarray(self.encode(internal_codebase()), dtype="<u2")

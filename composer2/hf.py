@@ -8,6 +8,7 @@ import dataclasses, json, os, shutil, threading, time
 from pathlib import Path
 import torch
 from .config import C2Error, Config, ModelConfig
+from .data import TokenizerFile
 from .engine import Generation, stream_key
 from .model import MoETransformer, MoE
 
@@ -231,15 +232,12 @@ def import_hf(path) -> MoETransformer:
     return model.eval()
 
 # %% ../nbs/22_hf.ipynb #22c19h
-class TokenizerData:
-    "What the harness reads of a `DataDir` (`tokenizer`, `encode`, `decode`), over a Hugging Face directory's `tokenizer.json`."
+class TokenizerData(TokenizerFile):
+    "What the harness reads of a `DataDir` (`composer2.data.TokenizerFile`), over a Hugging Face directory's `tokenizer.json`."
     def __init__(self, path):
-        from tokenizers import Tokenizer
-        p = Path(path) / "tokenizer.json"
-        if not p.is_file(): raise C2Error(f"{path} has no tokenizer.json (a fast tokenizer): the harness cannot render transcripts for it")
-        self.tokenizer = Tokenizer.from_file(str(p))
-    def encode(self, text: str) -> list[int]: return self.tokenizer.encode(text, add_special_tokens=False).ids
-    def decode(self, ids) -> str: return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+        if not (Path(path) / "tokenizer.json").is_file():
+            raise C2Error(f"{path} has no tokenizer.json (a fast tokenizer): the harness cannot render transcripts for it")
+        super().__init__(path)
 
 class HFServer:
     "`DecodeServer`'s interface over a Hugging Face causal LM `hf`, for evaluation (see above)."
