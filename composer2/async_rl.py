@@ -59,6 +59,7 @@ def build_policy(model_cfg: dict, state: dict, cfg: Config) -> MoETransformer:
     m.cfg.replay_fallback, m.cfg.replay_threshold = cfg.model.replay_fallback, cfg.model.replay_threshold
     return m.eval()
 
+# %% ../nbs/21_async_rl.ipynb #15c014-1
 class TrainerImpl:
     "The trainer: policy, frozen reference, Adam; `step` = `rl_step` + a delta of the new weights."
     def __init__(self, cfg: Config, model_cfg: dict, init_state: dict, resume: dict | None = None, threads: int = 1):
@@ -170,6 +171,7 @@ def run_dir(cfg: Config) -> Path:
     "Where an RL run writes: `rl.runs/SCALE/NAME` (NAME: `rl.name`, else the mode)."
     return Path(cfg.rl.runs) / cfg.scale / (cfg.rl.name or cfg.rl.mode)
 
+# %% ../nbs/21_async_rl.ipynb #15c028-1
 def prompt_pool(cfg: Config, train_ids: list[str]) -> list[str]:
     "The run's single epoch: `steps x prompts_per_step` train task ids in a seeded order."
     n = cfg.rl.steps * cfg.rl.prompts_per_step
@@ -180,11 +182,13 @@ def prompt_pool(cfg: Config, train_ids: list[str]) -> list[str]:
     random.Random(cfg.rl.seed).shuffle(ids)
     return ids[:n]
 
+# %% ../nbs/21_async_rl.ipynb #15c028-2
 def sft_checkpoint(cfg: Config) -> Path:
     "The SFT stage's weights that `rl.init=sft` starts from."
     from composer2.pretrain import stage_dir
     return stage_dir(cfg, "sft") / "final.pt"
 
+# %% ../nbs/21_async_rl.ipynb #15c028-3
 def initial_weights(cfg: Config, data) -> tuple[dict, dict, str]:
     "(model config, published weights, where they came from) for `rl.init`."
     from composer2.train import build_model, load_checkpoint
@@ -203,12 +207,15 @@ def initial_weights(cfg: Config, data) -> tuple[dict, dict, str]:
         raise C2Error(f"{path} was trained on data {ck['data_key']} but the data dir is {data.manifest['key']}: use the same data settings")
     return dataclasses.asdict(m.cfg), publishable(m.state_dict()), str(path)
 
+# %% ../nbs/21_async_rl.ipynb #15c028-4
 RL_CHECKPOINT_KEYS = ("version", "pool", "reconciler", "model_cfg", "model", "opt")
 
+# %% ../nbs/21_async_rl.ipynb #15c028-5
 def save_rl_checkpoint(path: Path, ck: dict):
     "`torch.save` through `atomic_write`: a kill or a full disk never leaves a half-written checkpoint."
     atomic_write(path, lambda f: torch.save(ck, f))
 
+# %% ../nbs/21_async_rl.ipynb #15c028-6
 def load_rl_checkpoint(path: Path) -> dict | None:
     "The RL checkpoint at `path`, None if there is none; an unreadable or incomplete one is a one-line error."
     if not path.exists(): return None
@@ -217,13 +224,16 @@ def load_rl_checkpoint(path: Path) -> dict | None:
     if missing: raise C2Error(f"{path} is not a complete RL checkpoint (no {', '.join(missing)}): delete it to restart the run")
     return ck
 
+# %% ../nbs/21_async_rl.ipynb #15c028-7
 def _warn(msg: str): print(f"c2: warning: {msg}", file=sys.stderr)
 
+# %% ../nbs/21_async_rl.ipynb #15c028-8
 def _cut_jsonl(path: Path, before_step: int):
     "Keep the records of a jsonl file whose step is < before_step (a torn last line dropped with a warning; rewritten atomically)."
     if not path.exists(): return
     atomic_write(path, "".join(json.dumps(x) + "\n" for x in read_jsonl(path, _warn) if x["step"] < before_step))
 
+# %% ../nbs/21_async_rl.ipynb #15c028-9
 def _cut_csv(path: Path, before_step: int):
     "Keep the rows of a metrics csv whose step is < before_step (a torn last row dropped with a warning; rewritten atomically)."
     if not path.exists(): return
@@ -234,6 +244,7 @@ def _cut_csv(path: Path, before_step: int):
     buf = io.StringIO(); csv.writer(buf).writerows([rows[0]] + [r for r in rows[1:] if whole(r) and int(r[0]) < before_step])
     atomic_write(path, buf.getvalue())
 
+# %% ../nbs/21_async_rl.ipynb #15c028-10
 def read_ledger(run: Path) -> list[dict]:
     "The trained groups of a run, one dict per group (step, prompt_id, versions, rewards...); a torn last line is left out."
     return read_jsonl(Path(run) / "ledger.jsonl")
@@ -246,6 +257,7 @@ def summarize_eval(results: list[dict], k: int) -> dict:
     return dict(pass_at_1=curve[1], **{f"best_of_{kk}": v for kk, v in curve.items()}, reward=mean("rewards"),
                 turns=mean("turns"), summaries=mean("summaries"), n_tasks=len(results), k=k)
 
+# %% ../nbs/21_async_rl.ipynb #15c031-1
 class _Log:
     "metrics.csv (header fixed by the first row written, or by the existing file) and TensorBoard (`tb_dir`)."
     def __init__(self, path: Path, tb_dir: Path | None):
@@ -270,6 +282,7 @@ class _Log:
                 if isinstance(v, (int, float)) and k != "step": self.tb.add_scalar(f"{prefix}/{k}", v, row["step"])
             self.tb.flush()
 
+# %% ../nbs/21_async_rl.ipynb #15c031-2
 def _ray_get(ref):
     "ray.get, with a user mistake raised inside an actor re-raised as its one-line `C2Error`."
     import ray
@@ -278,6 +291,7 @@ def _ray_get(ref):
         if isinstance(getattr(e, "cause", None), C2Error): raise e.cause from None
         raise
 
+# %% ../nbs/21_async_rl.ipynb #15c031-3
 def _ray_init(cfg: Config) -> bool:
     "Connect to `rl.address` or start a local Ray; True when we started it (and must shut it down)."
     import logging, ray

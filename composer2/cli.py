@@ -21,16 +21,19 @@ def _version(pkg):
     try: return metadata.version(pkg)
     except metadata.PackageNotFoundError: return "not installed"
 
+# %% ../nbs/23_cli.ipynb #23c004-1
 def _probe(cmd, timeout=5):
     "Run a short probe command; True when it exits 0."
     try: return subprocess.run(cmd, capture_output=True, timeout=timeout).returncode == 0
     except (OSError, subprocess.TimeoutExpired): return False
 
+# %% ../nbs/23_cli.ipynb #23c004-2
 def _slurm_state() -> str:
     from composer2.studies import slurm_env, slurm_problem
     problem = slurm_problem()
     return f"controller up (SLURM_CONF={slurm_env().get('SLURM_CONF', '/etc/slurm/slurm.conf')})" if problem is None else problem
 
+# %% ../nbs/23_cli.ipynb #23c004-3
 def system_info() -> dict:
     "Versions, device, data dir and which optional real parts (Slurm, bubblewrap, a GPU) work on this machine."
     import torch
@@ -57,21 +60,26 @@ def _add_config_args(p):
     p.add_argument("--config", "-c", default=None, help="a YAML file merged over the scale")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="overrides, e.g. model.n_layers=4")
 
+# %% ../nbs/23_cli.ipynb #23c008-1
 def _cfg(a): return load_config(a.scale, a.config, a.overrides)
 
+# %% ../nbs/23_cli.ipynb #23c008-2
 def cmd_info(a):
     info = system_info()
     if a.json: print(json.dumps(info, indent=1)); return
     w = max(map(len, info))
     for k, v in info.items(): print(f"{k:<{w}}  {', '.join(v) if isinstance(v, list) else v}")
 
+# %% ../nbs/23_cli.ipynb #23c008-3
 def cmd_config(a): print(to_yaml(_cfg(a)), end="")
 
+# %% ../nbs/23_cli.ipynb #23c008-4
 def cmd_data_build(a):
     from composer2.data import build_data
     d = build_data(_cfg(a), progress=True, force=a.force)
     print(f"data ready: {d.path}")
 
+# %% ../nbs/23_cli.ipynb #23c008-5
 def cmd_train(a):
     from composer2.data import open_data
     from composer2.train import train
@@ -86,6 +94,7 @@ def cmd_train(a):
               f"{res['planned_steps']} steps, before the learning-rate schedule (sized for {res['planned_steps']}) decayed")
     print(f"checkpoint: {res['checkpoint']}")
 
+# %% ../nbs/23_cli.ipynb #23c008-6
 def cmd_generate(a):
     import torch
     from composer2.data import open_data
@@ -100,6 +109,7 @@ def cmd_generate(a):
     for g in gens: print(a.prompt + data.decode(g.tokens)); print("-" * 40)
     if s.speculative: print(f"speculative: acceptance {st.acceptance:.2f}, {st.tokens_per_forward:.2f} tokens per forward")
 
+# %% ../nbs/23_cli.ipynb #23c008-7
 def cmd_pretrain(a):
     from composer2.pretrain import LEVELS, run_stage
     cfg = _cfg(a)
@@ -111,6 +121,7 @@ def cmd_pretrain(a):
         print(f"{r['stage']}: {r['steps']} steps, {r['tokens']:,} tokens; internal-codebase NLL {f(r['internal_nll'])}, "
               f"val loss {f(r['val_loss'])}, MTP agreement {f(r['mtp_agreement'])}")
 
+# %% ../nbs/23_cli.ipynb #23c008-8
 def cmd_rl(a):
     from composer2.async_rl import run_dir, run_rl
     cfg = _cfg(a)
@@ -125,6 +136,7 @@ def cmd_rl(a):
           f"mismatch |log p_train - log p_sample| with replay {r['mismatch_replay_mean']:.2e}, without {r['mismatch_noreplay_mean']:.2e}")
     print(f"run: {run_dir(cfg)}")
 
+# %% ../nbs/23_cli.ipynb #23c008-9
 def cmd_reproduce(a):
     from composer2.studies import reproduce
     t = time.time()
@@ -132,16 +144,19 @@ def cmd_reproduce(a):
     print(f"reproduce ({a.scale}, {a.executor}): {len(failed)} failed in {time.time() - t:.0f}s")
     if failed: sys.exit(1)
 
+# %% ../nbs/23_cli.ipynb #23c008-10
 def cmd_study_list(a):
     from composer2.studies import STUDIES, study_scales
     w, wr = max(map(len, STUDIES)), max(len(s.reproduces) for s in STUDIES.values())
     for s in STUDIES.values():
         print(f"{s.name:<{w}}  {s.reproduces:<{wr}}  scales: {', '.join(study_scales(s.name)):<16}  {s.title}")
 
+# %% ../nbs/23_cli.ipynb #23c008-11
 def cmd_study_run(a):
     from composer2.studies import run_study
     run_study(a.name, a.scale, a.out, a.param)
 
+# %% ../nbs/23_cli.ipynb #23c008-12
 def cmd_study_submit(a):
     from composer2.studies import submit_study, wait_jobs
     jobs = submit_study(a.name, a.scale, a.executor, a.sweep, a.param, a.out, partition=a.partition, timeout_min=a.time,
@@ -152,6 +167,7 @@ def cmd_study_submit(a):
         for s in wait_jobs(jobs): print(f"{s['study']} ({s['scale']}): {s['claims_hold']} of {s['claims']} claims hold -> {s['out']}")
     else: print("follow with: c2 study status")
 
+# %% ../nbs/23_cli.ipynb #23c008-13
 def cmd_study_status(a):
     from composer2.studies import study_jobs
     jobs = study_jobs(a.n)
@@ -162,16 +178,19 @@ def cmd_study_status(a):
     w = [max(len(str(r[i])) for r in rows) for i in range(6)]
     for r in rows: print("  ".join(f"{str(v):<{w[i]}}" for i, v in enumerate(r[:6])) + "  " + str(r[6]))
 
+# %% ../nbs/23_cli.ipynb #23c008-14
 def cmd_study_index(a):
     from composer2.studies import build_index
     p = build_index(a.root)
     print(f"index: {p} and {p.with_suffix('.html')}")
 
+# %% ../nbs/23_cli.ipynb #23c008-15
 def _tasks_cfg(a):
     cfg = _cfg(a)
     if a.suite: cfg.tasks.suite = a.suite
     return cfg
 
+# %% ../nbs/23_cli.ipynb #23c008-16
 def cmd_tasks_stats(a):
     from composer2.suites import load_suite
     from composer2.tasks import suite_stats
@@ -181,6 +200,7 @@ def cmd_tasks_stats(a):
     w = max(map(len, s))
     for k, v in s.items(): print(f"{k:<{w}}  {v}")
 
+# %% ../nbs/23_cli.ipynb #23c008-17
 def cmd_tasks_oracle(a):
     from composer2.episode import run_episodes
     from composer2.policies import OraclePolicy
@@ -195,6 +215,7 @@ def cmd_tasks_oracle(a):
         if not e.solved: print(f"  unsolved: {e.task.id} ({e.stop_reason}): {e.test_output.strip().splitlines()[-1:] or ''}")
     if solved < len(eps): sys.exit(1)
 
+# %% ../nbs/23_cli.ipynb #23c008-18
 def cmd_tasks_show(a):
     from composer2.suites import find_task
     from composer2.tasks import task_diff
@@ -206,6 +227,7 @@ def cmd_tasks_show(a):
         print(f"--- {p}\n{text}", end="" if text.endswith("\n") else "\n")
     print("=== the fix (solution diff)\n" + task_diff(task.files, task.solution), end="")
 
+# %% ../nbs/23_cli.ipynb #23c008-19
 def parser() -> argparse.ArgumentParser:
     "The `c2` argument parser."
     ap = argparse.ArgumentParser(prog="c2", description="composer2: reproduce the Composer 2 report at small scale")
@@ -286,8 +308,10 @@ def parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_study_index)
     return ap
 
+# %% ../nbs/23_cli.ipynb #23c008-20
 _ENV_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}   # the machine's doing, not a bug
 
+# %% ../nbs/23_cli.ipynb #23c008-21
 def main(argv=None):
     "Entry point of the `c2` console script."
     ap = parser()
@@ -358,6 +382,7 @@ def cmd_export(a):
     extra = f", its {model.cfg.mtp_depth} MTP module(s) in composer2_mtp.safetensors" if model.cfg.mtp_depth else ""
     print(f"exported {a.checkpoint} -> {out}: {kind}, tokenizer with composer2's chat template, composer2.json{extra}")
 
+# %% ../nbs/23_cli.ipynb #23c008c-1
 def cmd_import(a):
     "`c2 import`: `composer2.hf.import_hf` of a Hugging Face directory, saved as a composer2 checkpoint."
     from composer2.hf import import_hf

@@ -34,6 +34,7 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError: return True
     return True
 
+# %% ../nbs/00_config.ipynb #69a0fc6a-1
 def atomic_write(path: Path | str, data):
     """Write `data` (str, bytes, or a function writing to a binary file, e.g. `lambda f: torch.save(obj, f)`) to `path`
     through a temporary file in the same folder, fsynced, then renamed over it: a kill or a full disk leaves the old
@@ -60,6 +61,7 @@ def atomic_write(path: Path | str, data):
         if full: raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from e
         raise
 
+# %% ../nbs/00_config.ipynb #69a0fc6a-2
 def read_jsonl(path: Path | str, warn=None) -> list[dict]:
     """The records of a jsonl file that is only ever appended to. A torn last line (the writer was killed mid-line) is
     dropped, with `warn(message)` if given; a bad line anywhere else is a `C2Error` (the file was damaged otherwise)."""
@@ -83,8 +85,9 @@ def opt(default, lo=None, hi=None, choices=None, doc=""):
     return field(default=default, metadata=meta)
 
 # %% ../nbs/00_config.ipynb #00c007
-EXPERT_BACKENDS = ["grouped_mm", "loop", "mxfp8", "nvfp4"]  # mxfp8, nvfp4: composer2.mxfp8, imported on first use
+EXPERT_BACKENDS = ["grouped_mm", "loop", "mxfp8", "nvfp4"]  # mxfp8, nvfp4: composer2.mx_gemm and composer2.nvfp4, imported on first use
 
+# %% ../nbs/00_config.ipynb #00c007-1
 @dataclass
 class ModelConfig:
     "The MoE decoder."
@@ -116,6 +119,7 @@ class ModelConfig:
     tie_embeddings: bool = opt(False)
     init_std: float = opt(0.02, lo=0.0)
 
+# %% ../nbs/00_config.ipynb #00c007-2
 @dataclass
 class DataConfig:
     "The code corpus, the prose slice, the tokenizer and the token shards."
@@ -131,6 +135,7 @@ class DataConfig:
     vocab_size: int = opt(8192, lo=300, hi=65535)
     val_fraction: float = opt(0.05, lo=0.0, hi=0.5)
 
+# %% ../nbs/00_config.ipynb #00c007-3
 @dataclass
 class TrainConfig:
     "A minimal training loop (the Lightning pipeline adds stages on top)."
@@ -150,6 +155,7 @@ class TrainConfig:
     dtype: str = opt("float32", choices=["float32", "bfloat16"])
     out: str = opt("runs/train", doc="checkpoint and log directory")
 
+# %% ../nbs/00_config.ipynb #00c007-4
 @dataclass
 class SampleConfig:
     "The sampling engine."
@@ -159,6 +165,7 @@ class SampleConfig:
     speculative: bool = opt(False, doc="draft with the MTP modules, verify with the main model")
     seed: int = opt(0)
 
+# %% ../nbs/00_config.ipynb #00c007-5
 @dataclass
 class PretrainConfig:
     "The staged pipeline of report section 3: base -> cpt (three compute levels) -> mtp -> long -> sft."
@@ -185,6 +192,7 @@ class PretrainConfig:
     devices: int = opt(1, lo=1)
     num_nodes: int = opt(1, lo=1)
 
+# %% ../nbs/00_config.ipynb #00c007-6
 @dataclass
 class SandboxConfig:
     "bubblewrap sandboxes (composer2.sandbox): limits of every command a rollout runs."
@@ -204,6 +212,7 @@ class SandboxConfig:
     max_output: int = opt(16384, lo=64, doc="characters kept of stdout and of stderr each")
     workers: int = opt(8, lo=1, doc="sandboxes a pool runs concurrently")
 
+# %% ../nbs/00_config.ipynb #00c007-7
 @dataclass
 class TasksConfig:
     "The task suites (composer2.tasks)."
@@ -219,6 +228,7 @@ class TasksConfig:
     episode_timeout_s: float = opt(900.0, lo=0.0, doc="wall-clock budget of one episode (policy, tools, judge); past it "
                                                       "the episode ends unsolved; 0 = no budget")
 
+# %% ../nbs/00_config.ipynb #00c007-8
 @dataclass
 class RewardConfig:
     "Reward terms (composer2.rewards): correctness plus behaviour terms and the nonlinear length penalty."
@@ -232,6 +242,7 @@ class RewardConfig:
     length_k: float = opt(1e-3, lo=1e-9)
     length_q: float = opt(0.5, lo=0.0)
 
+# %% ../nbs/00_config.ipynb #00c007-9
 @dataclass
 class RLConfig:
     "Asynchronous RL (composer2.rl, report section 4)."
@@ -277,6 +288,7 @@ class RLConfig:
     ckpt_every: int = opt(5, lo=1)
     init: str = opt("sft", doc="'sft' starts from the pretraining pipeline's SFT checkpoint, 'scratch' from a fresh model, else a checkpoint path")
 
+# %% ../nbs/00_config.ipynb #00c007-10
 @dataclass
 class Config:
     "Everything an entry point needs; built by `load_config`."
@@ -300,6 +312,7 @@ def _check_field(path, value, meta):
         rng = f">= {lo}" if hi is None else f"<= {hi}" if lo is None else f"in [{lo}, {hi}]"
         raise ConfigError(f"{path}: {value!r} is out of range (must be {rng})")
 
+# %% ../nbs/00_config.ipynb #00c009-1
 def validate(cfg, prefix=""):
     "Check every field's range and choices, then the cross-field rules; raise `ConfigError` on the first problem."
     for f in dataclasses.fields(cfg):
@@ -328,14 +341,17 @@ def repo_root() -> Path:
     import composer2  # by module, not __file__, so this also works inside the notebooks
     return Path(composer2.__file__).resolve().parents[1]
 
+# %% ../nbs/00_config.ipynb #00c011-1
 def scales_dir() -> Path:
     "Where the named scales live: `$C2_SCALES`, else `nbs/scales` of the checkout."
     return Path(os.environ.get("C2_SCALES", repo_root() / "nbs" / "scales"))
 
+# %% ../nbs/00_config.ipynb #00c011-2
 def available_scales() -> list[str]:
     "Names of the scale files."
     return sorted(p.stem for p in scales_dir().glob("*.yaml"))
 
+# %% ../nbs/00_config.ipynb #00c011-3
 def _node(key: str):
     "The default at a dotted key of `Config` (a section's dataclass, or a value), or None when no such key exists."
     node = Config()
@@ -344,8 +360,10 @@ def _node(key: str):
         node = getattr(node, part)
     return node
 
+# %% ../nbs/00_config.ipynb #00c011-4
 _TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
+# %% ../nbs/00_config.ipynb #00c011-5
 def _one_line(e: OmegaConfBaseException, overrides=()) -> str:
     "An omegaconf error as one line in the config's terms: the key, the value given, and what the key takes."
     key = getattr(e, "full_key", None) or ""
@@ -362,6 +380,7 @@ def _one_line(e: OmegaConfBaseException, overrides=()) -> str:
         return f"{key}: {val} is not {want} (e.g. {key}={str(default).lower() if isinstance(default, bool) else default})"
     return f"{key + ': ' if key else ''}{str(e).splitlines()[0]}"
 
+# %% ../nbs/00_config.ipynb #00c011-6
 def _read_yaml(path, what):
     p = Path(path)
     if not p.is_file(): raise ConfigError(f"{what} not found: {p}")
@@ -369,6 +388,7 @@ def _read_yaml(path, what):
     except Exception as e: raise ConfigError(f"{what} {p} is not valid YAML: {str(e).splitlines()[0]}")
     return data
 
+# %% ../nbs/00_config.ipynb #00c011-7
 def load_config(scale: str = "smoke", path: str | None = None, overrides: list[str] = ()) -> Config:
     "Merge defaults <- scale file <- `path` <- `key=value` overrides; validate; return a `Config`."
     names = available_scales()
@@ -390,6 +410,7 @@ def load_config(scale: str = "smoke", path: str | None = None, overrides: list[s
         raise ConfigError(_one_line(e, overrides)) from None
     return validate(cfg)
 
+# %% ../nbs/00_config.ipynb #00c011-8
 def to_yaml(cfg: Config) -> str:
     "The resolved config as YAML (what runs record next to their outputs)."
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))

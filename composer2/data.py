@@ -44,9 +44,13 @@ class SourceFile:
     path: Path
     def read(self) -> str: return self.path.read_bytes().decode("utf-8")
 
+# %% ../nbs/01_data.ipynb #01c007-1
 _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "lib-dynload", "idle_test"}
+
+# %% ../nbs/01_data.ipynb #01c007-2
 def _skip_dir(d: str) -> bool: return d in _SKIP_DIRS or d.startswith(("test", "config-", "."))
 
+# %% ../nbs/01_data.ipynb #01c007-3
 def _walk(root: Path, prefix: str) -> list[SourceFile]:
     out = []
     for dirpath, dirs, names in os.walk(root):
@@ -55,6 +59,7 @@ def _walk(root: Path, prefix: str) -> list[SourceFile]:
         out += [SourceFile(f"{prefix}/{(rel / n).as_posix()}", Path(dirpath) / n) for n in names if n.endswith(".py")]
     return out
 
+# %% ../nbs/01_data.ipynb #01c007-4
 def _code(cfg: DataConfig) -> list[tuple[SourceFile, str]]:
     "Every corpus file with its text (files that are not UTF-8 are skipped), after the `max_files` subset."
     cfg, files = _dc(cfg), []
@@ -79,12 +84,15 @@ def _code(cfg: DataConfig) -> list[tuple[SourceFile, str]]:
         out = [(f, t) for f, t in out if (_score("keep", f.name), f.name) in keep]
     return out
 
+# %% ../nbs/01_data.ipynb #01c007-5
 def collect_code(cfg: DataConfig) -> list[SourceFile]:
     "The corpus files for `cfg`, sorted by name; `C2Error` if a configured package is not installed."
     return [f for f, _ in _code(cfg)]
 
 # %% ../nbs/01_data.ipynb #01c010
 _DOC_NODES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+# %% ../nbs/01_data.ipynb #01c010-1
 def _docstrings(text: str, min_chars: int = 40) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -93,6 +101,7 @@ def _docstrings(text: str, min_chars: int = 40) -> str:
     docs = [ast.get_docstring(n) for n in ast.walk(tree) if isinstance(n, _DOC_NODES)]
     return "\n\n".join(d for d in docs if d and len(d) >= min_chars)
 
+# %% ../nbs/01_data.ipynb #01c010-2
 def _dists(cfg: DataConfig, min_chars: int = 200) -> list[tuple[str, str, str]]:
     "(name, version, long description) of the installed distributions named in `prose_dists`; sorted, one per name."
     wanted = {n.lower().replace("_", "-") for n in cfg.prose_dists}
@@ -105,6 +114,7 @@ def _dists(cfg: DataConfig, min_chars: int = 200) -> list[tuple[str, str, str]]:
             seen.setdefault(name, []).append((name, md.get("Version") or "", text))
     return [min(v) for _, v in sorted(seen.items())]
 
+# %% ../nbs/01_data.ipynb #01c010-3
 def _prose(cfg, code, dists, progress=False) -> list[tuple[str, str, str]]:
     "(name, split key, text) per prose document, sorted by name, capped at `prose_max_docs`."
     cfg, docs = _dc(cfg), []
@@ -115,6 +125,7 @@ def _prose(cfg, code, dists, progress=False) -> list[tuple[str, str, str]]:
         docs = sorted(docs, key=lambda d: (_score("keep", d[0]), d[0]))[:cfg.prose_max_docs]
     return sorted(docs)
 
+# %% ../nbs/01_data.ipynb #01c010-4
 def collect_prose(cfg: DataConfig, files: list[SourceFile]) -> list[str]:
     "The general-text documents: per-file docstrings of `files` and installed distributions' descriptions."
     return [t for _, _, t in _prose(cfg, [(f, f.read()) for f in files], _dists(cfg))]
@@ -144,11 +155,14 @@ def manifest(cfg: DataConfig) -> dict:
 
 # %% ../nbs/01_data.ipynb #01c019
 SPLITS = ["code_train", "code_val", "prose_train", "prose_val"]
+
+# %% ../nbs/01_data.ipynb #01c019-1
 def _val_names(names: list[str], frac: float) -> set[str]:
     val = {n for n in names if _score("val", n) < frac}
     if frac > 0 and not val and len(names) >= 2: val = {min(names, key=lambda n: (_score("val", n), n))}
     return val
 
+# %% ../nbs/01_data.ipynb #01c019-2
 def _train_tokenizer(texts: list[str], vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
@@ -158,9 +172,11 @@ def _train_tokenizer(texts: list[str], vocab_size: int):
     tok.train_from_iterator(texts, trainer, length=len(texts))
     return tok
 
+# %% ../nbs/01_data.ipynb #01c019-3
 def _jsonl(path: Path, rows):
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
 
+# %% ../nbs/01_data.ipynb #01c019-4
 def _write_shard(tok, texts: list[str], path: Path, desc: str, progress: bool) -> int:
     n = 0
     with open(path, "wb") as fh:
@@ -169,6 +185,7 @@ def _write_shard(tok, texts: list[str], path: Path, desc: str, progress: bool) -
                 ids = np.asarray(enc.ids + [EOS_ID], dtype="<u2"); ids.tofile(fh); n += len(ids)
     return n
 
+# %% ../nbs/01_data.ipynb #01c019-5
 def build_data(cfg: Config | DataConfig, progress: bool = True, force: bool = False) -> DataDir:
     "Build (or find in the cache) the corpus snapshot, tokenizer and shards for `cfg`; return its `DataDir`."
     t0, dc = time.time(), _dc(cfg)
@@ -219,6 +236,7 @@ class TokenizerFile:
         "The text of `ids`, special tokens included: `decode(encode(s)) == s`."
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
 
+# %% ../nbs/01_data.ipynb #01c020-1
 class DataDir(TokenizerFile):
     "A built data directory: manifest, tokenizer and read-only token shards."
     def __init__(self, path, scale: str | None = None):
@@ -239,6 +257,7 @@ class DataDir(TokenizerFile):
         return self._internal
     def __repr__(self): return f"DataDir({str(self.path)!r})"
 
+# %% ../nbs/01_data.ipynb #01c020-2
 def open_data(cfg: Config | DataConfig) -> DataDir:
     "The built `DataDir` for `cfg`'s manifest key; `C2Error` if it was never built."
     return DataDir(data_root(dc := _dc(cfg)) / manifest(dc)["key"], scale=cfg.scale if isinstance(cfg, Config) else None)

@@ -25,6 +25,7 @@ def _check(cfg: ModelConfig):
     if cfg.gate == "sigmoid" and cfg.n_experts < 2:
         raise C2Error("to_hf: model.gate=sigmoid needs model.n_experts >= 2 (Glm4Moe scores its expert group by its top 2)")
 
+# %% ../nbs/22_hf.ipynb #22c06-1
 def hf_config(cfg: ModelConfig, pad_id: int = 0, eos_id: int | None = 1):
     """The `transformers` config of the closest Hugging Face class: `Ernie4_5_MoeConfig` for `gate=softmax`,
     `Glm4MoeConfig` for `gate=sigmoid`. `pad_id`/`eos_id` default to composer2's tokenizer (`<|pad|>` 0, `<|eos|>` 1).
@@ -53,11 +54,13 @@ def _pair_rows(hd: int) -> torch.Tensor:
     "Row order that turns composer2's RoPE layout (dimension i rotates with i + hd/2) into Ernie's (2i with 2i + 1)."
     return torch.stack([torch.arange(hd // 2), torch.arange(hd // 2) + hd // 2], 1).reshape(-1)
 
+# %% ../nbs/22_hf.ipynb #22c09-1
 def _swiglu(sd: dict, pre: str, mlp) -> None:
     "A composer2 `SwiGLU` (w_in = [gate; up], w_out) as HF's gate_proj / up_proj / down_proj."
     g, u = mlp.w_in.weight.chunk(2, 0)
     sd[pre + "gate_proj.weight"], sd[pre + "up_proj.weight"], sd[pre + "down_proj.weight"] = g, u, mlp.w_out.weight
 
+# %% ../nbs/22_hf.ipynb #22c09-2
 @torch.no_grad()
 def to_hf(model: MoETransformer, pad_id: int = 0, eos_id: int | None = 1):
     """The closest Hugging Face causal LM holding `model`'s weights (copied, fp32, eval mode, on the model's device):
@@ -135,6 +138,7 @@ def hf_config_to_model(hc) -> ModelConfig:
                        gate="softmax" if ernie else "sigmoid", norm_topk=True if ernie else bool(hc.norm_topk_prob),
                        mtp_depth=0, init_std=hc.initializer_range)
 
+# %% ../nbs/22_hf.ipynb #22c19b-1
 @torch.no_grad()
 def from_hf(hf, cfg: ModelConfig | None = None) -> MoETransformer:
     """A composer2 model holding the weights of `hf` (an `Ernie4_5_MoeForCausalLM` or `Glm4MoeForCausalLM`): the inverse
@@ -180,6 +184,7 @@ CHAT_TEMPLATE = ("{%- set wrap = " + json.dumps({r: list(w) for r, w in _CHAT_RO
                  "{%- for m in messages -%}{{ wrap[m['role']][0] }}{{ m['content'] }}{{ wrap[m['role']][1] }}{%- endfor -%}"
                  "{%- if add_generation_prompt -%}<|assistant|>{%- endif -%}")
 
+# %% ../nbs/22_hf.ipynb #22c19e-1
 def hf_tokenizer(data):
     """composer2's tokenizer (of `data`, a `DataDir`) as a `transformers` fast tokenizer: its special tokens, `<|pad|>`
     and `<|eos|>`, and `CHAT_TEMPLATE` (composer2's transcript format; HF's `tool` role is our `tool_result`)."""
@@ -188,6 +193,7 @@ def hf_tokenizer(data):
     tok.chat_template = CHAT_TEMPLATE
     return tok
 
+# %% ../nbs/22_hf.ipynb #22c19e-2
 def export_hf(model: MoETransformer, out, data=None) -> Path:
     """Write `model` to the new directory `out` as `AutoModelForCausalLM.from_pretrained` (and, with `data`,
     `AutoTokenizer.from_pretrained`) load it offline, with `composer2.json` and the MTP weights beside (see above).
@@ -208,6 +214,7 @@ def export_hf(model: MoETransformer, out, data=None) -> Path:
     finally: shutil.rmtree(tmp, ignore_errors=True)
     return out
 
+# %% ../nbs/22_hf.ipynb #22c19e-3
 def import_hf(path) -> MoETransformer:
     """The composer2 model of a Hugging Face directory: one `export_hf` wrote (bit-exact, MTP modules included) or any
     `Ernie4_5_MoeForCausalLM` / `Glm4MoeForCausalLM` checkpoint (no MTP modules). A directory that is not one is one line."""
@@ -239,6 +246,7 @@ class TokenizerData(TokenizerFile):
             raise C2Error(f"{path} has no tokenizer.json (a fast tokenizer): the harness cannot render transcripts for it")
         super().__init__(path)
 
+# %% ../nbs/22_hf.ipynb #22c19h-1
 class HFServer:
     "`DecodeServer`'s interface over a Hugging Face causal LM `hf`, for evaluation (see above)."
     def __init__(self, hf, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0):
@@ -279,6 +287,7 @@ class HFServer:
             return Generation(toks, lps, [0] * len(toks), torch.zeros((n_fed, 0, 0), dtype=torch.uint8),
                               "stop" if toks and toks[-1] in stop_ids else "length", [0] * n_fed)
 
+# %% ../nbs/22_hf.ipynb #22c19h-2
 def evaluate_hf(cfg: Config, path, tasks: list, k: int, seed: int = 0, on_progress=None) -> list[dict]:
     """`composer2.rollout.evaluate_checkpoint` for the Hugging Face directory `path`: its model and its tokenizer through
     `HFServer`, `EnginePolicy` and `Rollouts`; the same per-task results."""

@@ -32,11 +32,13 @@ COMPACTION_PROMPT = """Your context is full. Write a summary that replaces the c
 6. Next step: the very next action you intend to take.
 Be complete: anything not in the summary is lost."""
 
+# %% ../nbs/20_rollout.ipynb #400eb805-1
 def _special(data, name: str) -> int:
     ids = data.encode(name)
     if len(ids) != 1: raise C2Error(f"the tokenizer has no single token for {name}: rebuild the data dir (c2 data build)")
     return ids[0]
 
+# %% ../nbs/20_rollout.ipynb #400eb805-2
 class EnginePolicy:
     """A `run_episode` policy backed by a `DecodeServer` sequence (its KV cache lives as long as the episode's current
     segment), recording training segments; summarises when the context fills. `close` frees the sequence. It samples
@@ -197,6 +199,7 @@ def map_abandoning(fn, items: list, workers: int, limit_s: float | None, on_aban
         if isinstance(r, BaseException): raise r
     return out
 
+# %% ../nbs/20_rollout.ipynb #571df343-1
 def injected_faults() -> dict[int, str]:
     """Fault injection for tests of the run's resilience: `C2_FAULTS="raise@2,hang@5"` makes the 2nd episode a
     `Rollouts` starts raise and the 5th hang forever. Empty (no faults) unless the variable is set."""
@@ -207,6 +210,7 @@ def injected_faults() -> dict[int, str]:
         out[int(n)] = kind
     return out
 
+# %% ../nbs/20_rollout.ipynb #571df343-2
 class Rollouts:
     """Agent episodes through one `DecodeServer` of `engine` (or any `server` with its interface, e.g. a Hugging Face
     model's, `composer2.hf.HFServer`): training groups (`group`) and evaluations (`evaluate`); counts tokens and errors."""
@@ -284,6 +288,7 @@ def evaluate_checkpoint(cfg: Config, data, path, tasks: list, k: int, seed: int 
     try: return ro.evaluate(tasks, k, on_progress=on_progress)
     finally: ro.server.shutdown()
 
+# %% ../nbs/20_rollout.ipynb #20c041-1
 def pass_table(results: list[dict], against: list[dict] | None = None, seed: int = 0) -> list[dict]:
     """Per K (1, 2, 4, ... up to the samples per task): mean unbiased best-of-K over the tasks of `results`
     (`Rollouts.evaluate`'s) with its bootstrap 95% interval over tasks; with `against` (another policy's results on

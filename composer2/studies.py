@@ -36,6 +36,7 @@ class Study:
     @property
     def configs(self) -> Path: return studies_dir() / "configs" / self.name
 
+# %% ../nbs/08_studies.ipynb #08c005-1
 STUDIES = {s.name: s for s in [
     Study("kl_estimators", "Figure 4", "Bias and variance of the KL estimators k1, k2, k3 against the true KL",
           "k1 = -log r and k3 = (r - 1) - log r are unbiased, k2 = (log r)^2 / 2 is biased; between two unit-variance "
@@ -58,23 +59,28 @@ STUDIES = {s.name: s for s in [
 SCALES = ["smoke", "cpu", "gpu"]
 RESERVED = {"scale": "--scale", "out_dir": "--out"}   # parameters the runner sets itself
 
+# %% ../nbs/08_studies.ipynb #08c005-2
 def studies_dir() -> Path:
     "`studies/` of the checkout."
     return repo_root() / "studies"
 
+# %% ../nbs/08_studies.ipynb #08c005-3
 def results_root() -> Path:
     "Where study results go by default: `$C2_RESULTS`, else `studies/results`."
     return Path(os.environ.get("C2_RESULTS") or studies_dir() / "results").resolve()
 
+# %% ../nbs/08_studies.ipynb #08c005-4
 def jobs_dir() -> Path:
     "Where submitit folders and the job list live: `$C2_JOBS`, else `studies/.jobs`."
     return Path(os.environ.get("C2_JOBS") or studies_dir() / ".jobs").resolve()
 
+# %% ../nbs/08_studies.ipynb #08c005-5
 def get_study(name: str) -> Study:
     "The registered study `name`, or a one-line error naming the registered ones."
     if name not in STUDIES: raise C2Error(f"unknown study {name!r} (registered: {', '.join(STUDIES)})")
     return STUDIES[name]
 
+# %% ../nbs/08_studies.ipynb #08c005-6
 def study_scales(name: str) -> list[str]:
     "The scales that have a config file for this study, in the order smoke, cpu, gpu."
     return [s for s in SCALES if (get_study(name).configs / f"{s}.yaml").is_file()]
@@ -94,10 +100,12 @@ def notebook_parameters(path: Path) -> dict:
             return out
     raise C2Error(f"{path} has no cell tagged 'parameters'")
 
+# %% ../nbs/08_studies.ipynb #08c008-1
 def _type_name(v):
     return ("true or false" if isinstance(v, bool) else "an integer" if isinstance(v, int) else "a number" if isinstance(v, float)
             else "a list" if isinstance(v, list) else "text" if isinstance(v, str) else type(v).__name__)
 
+# %% ../nbs/08_studies.ipynb #08c008-2
 def coerce_param(study: str, name: str, value, default):
     "Check one parameter value against its default's type (text from the command line is parsed as YAML)."
     if isinstance(value, str) and not isinstance(default, str):
@@ -119,6 +127,7 @@ def coerce_param(study: str, name: str, value, default):
         if default: value = [coerce_param(study, f"{name}[{i}]", v, default[0]) for i, v in enumerate(value)]
     return value
 
+# %% ../nbs/08_studies.ipynb #08c008-3
 def split_assignment(text: str, what: str = "-p") -> tuple[str, str]:
     "'key=value' -> (key, value), or a one-line error."
     if "=" not in text or not text.split("=", 1)[0].strip():
@@ -126,6 +135,7 @@ def split_assignment(text: str, what: str = "-p") -> tuple[str, str]:
     k, v = text.split("=", 1)
     return k.strip(), v.strip()
 
+# %% ../nbs/08_studies.ipynb #08c008-4
 def load_scale(name: str, scale: str) -> dict:
     "The study's scale file: {'params': {...}, 'slurm': {...}}."
     st = get_study(name)
@@ -138,6 +148,7 @@ def load_scale(name: str, scale: str) -> dict:
     if extra: raise C2Error(f"{path}: unknown section(s) {', '.join(sorted(extra))} (allowed: params, slurm)")
     return {"params": data.get("params") or {}, "slurm": data.get("slurm") or {}}
 
+# %% ../nbs/08_studies.ipynb #08c008-5
 def resolve_params(name: str, scale: str, overrides=()) -> dict:
     "Notebook defaults <- the scale's params <- overrides ('key=value' strings or a dict); every name and type checked."
     st = get_study(name)
@@ -157,6 +168,7 @@ def resolve_params(name: str, scale: str, overrides=()) -> dict:
 _OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, "<": lambda a, b: a < b,
         "==": lambda a, b: a == b}
 
+# %% ../nbs/08_studies.ipynb #08c011-1
 def claim(id: str, statement: str, measured, threshold: str, figure: str | None = None) -> dict:
     "A claim of the report, the value measured for it and whether it holds against `threshold` (e.g. '>= 100')."
     m = re.fullmatch(r"\s*(>=|<=|==|>|<)\s*([-+0-9.eE]+)\s*", threshold)
@@ -167,6 +179,7 @@ def claim(id: str, statement: str, measured, threshold: str, figure: str | None 
     if figure: out["figure"] = figure
     return out
 
+# %% ../nbs/08_studies.ipynb #08c011-2
 def _jsonable(o):
     if isinstance(o, dict): return {str(k): _jsonable(v) for k, v in o.items()}
     if isinstance(o, (list, tuple)): return [_jsonable(v) for v in o]
@@ -174,9 +187,11 @@ def _jsonable(o):
     if isinstance(o, float) and not math.isfinite(o): return None
     return o
 
+# %% ../nbs/08_studies.ipynb #08c011-3
 def _write_json(path: Path, obj):
     atomic_write(path, json.dumps(_jsonable(obj), indent=1) + "\n")
 
+# %% ../nbs/08_studies.ipynb #08c011-4
 def write_results(out_dir, study: str, scale: str, metrics: dict, claims: list[dict], **extra) -> Path:
     "Write `results.json` of a study run: metrics and claims (the runner adds params, versions, device, wall time)."
     get_study(study)
@@ -184,10 +199,12 @@ def write_results(out_dir, study: str, scale: str, metrics: dict, claims: list[d
     _write_json(path, {"study": study, "scale": scale, "status": "ok", "metrics": metrics, "claims": claims, **extra})
     return path
 
+# %% ../nbs/08_studies.ipynb #08c011-5
 def load_results(out_dir) -> dict:
     "Read `results.json` of a run directory."
     return json.loads((Path(out_dir) / "results.json").read_text())
 
+# %% ../nbs/08_studies.ipynb #08c011-6
 def save_figure(fig, out_dir, name: str) -> list[Path]:
     "Save a matplotlib figure as NAME.png and NAME.svg in `out_dir` (SVG without timestamps, so reruns diff cleanly)."
     import matplotlib
@@ -197,6 +214,7 @@ def save_figure(fig, out_dir, name: str) -> list[Path]:
         fig.savefig(paths[1], bbox_inches="tight", metadata={"Date": None, "Creator": None})
     return paths
 
+# %% ../nbs/08_studies.ipynb #08c011-7
 class Checkpoint:
     "Finished units of a study run, kept in `out_dir/checkpoint.json` under a key (the parameters they depend on)."
     def __init__(self, out_dir, key: dict):
@@ -251,6 +269,7 @@ def study_runs(name: str, key: str) -> Path:
 class StudyFailed(Exception):
     "A study notebook raised: the partial notebook, the log and a failed `results.json` are in its output dir."
 
+# %% ../nbs/08_studies.ipynb #08c014-1
 def _versions() -> dict:
     def v(p):
         try: return metadata.version(p)
@@ -258,6 +277,7 @@ def _versions() -> dict:
     return {"python": platform.python_version(), **{p: v(p) for p in
             ["composer2", "numpy", "torch", "matplotlib", "papermill", "submitit"]}}
 
+# %% ../nbs/08_studies.ipynb #08c014-2
 def device_info() -> str:
     "The machine a study ran on, in words (GPU found by `nvidia-smi`, so torch need not be imported)."
     cpu = f"{platform.machine()}, {os.cpu_count()} CPU cores"
@@ -268,10 +288,12 @@ def device_info() -> str:
         except (OSError, subprocess.TimeoutExpired): pass
     return f"cpu ({cpu})"
 
+# %% ../nbs/08_studies.ipynb #08c014-3
 def default_out(name: str, scale: str) -> Path:
     "`results_root()/NAME/SCALE`."
     return results_root() / name / scale
 
+# %% ../nbs/08_studies.ipynb #08c014-4
 def check_out_dir(out: Path, name: str):
     "Refuse an output dir that is a file, holds another study's results, or holds files of something else (a training run)."
     out = Path(out)
@@ -291,10 +313,12 @@ def check_out_dir(out: Path, name: str):
         raise C2Error(f"output dir {out} holds other files ({', '.join(sorted(p.name for p in out.iterdir())[:3])}, ...): "
                       "a study writes into a new or empty folder, or one of its own earlier runs")
 
+# %% ../nbs/08_studies.ipynb #08c014-5
 def _kernel_name() -> str:
     from jupyter_client.kernelspec import KernelSpecManager
     return "composer2" if "composer2" in KernelSpecManager().find_kernel_specs() else "python3"
 
+# %% ../nbs/08_studies.ipynb #08c014-6
 def _under(path: Path, root: Path) -> bool:
     try: Path(path).resolve().relative_to(root.resolve()); return True
     except ValueError: return False
@@ -330,6 +354,7 @@ def cell_seconds(nb_path) -> list[float] | None:
     secs = [c.get("metadata", {}).get("papermill", {}).get("duration") for c in cells]
     return [float(s or 0) for s in secs] if any(secs) else None
 
+# %% ../nbs/08_studies.ipynb #44dfc0cc-1
 class CellProgress(logging.Handler):
     """A terminal bar over a study's cells, fed by papermill's "Executing Cell N" log records: it counts in the
     previous run's seconds per cell when `expected` has one entry per cell (so time left is an estimate at this
@@ -373,6 +398,7 @@ def clean_notebook(nb_path, root=None):
             if "traceback" in o: o["traceback"] = [fix(t) for t in o["traceback"]]
     atomic_write(nb_path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
+# %% ../nbs/08_studies.ipynb #7f653beb-1
 def render_html(nb_path) -> Path:
     "The notebook as a static HTML page beside it (nbconvert's lab template, figures inline), for reading in a browser."
     from nbconvert import HTMLExporter
@@ -458,6 +484,7 @@ def _fmt(v) -> str:
         return f"{v:.2e}"
     return str(v)
 
+# %% ../nbs/08_studies.ipynb #08c018-1
 def index_runs(root) -> list[dict]:
     """One dict per study run found under `root` (`STUDY/SCALE/results.json`): the study and what the report found, the
     scale, device, commit and time, links to its executed notebook and `results.json`, its figures, and its claims
@@ -480,33 +507,41 @@ def index_runs(root) -> list[dict]:
                      "claims": [dict(c, holds=bool(c["holds"])) for c in res.get("claims", [])] if ok else []})
     return runs
 
+# %% ../nbs/08_studies.ipynb #08c018-2
 def scale_label(scale: str, device: str) -> str:
     "The scale as the index shows it: a gpu-scale run that ran on a CPU says so, so the name never implies a device."
     return f"{scale} (ran on CPU)" if scale == "gpu" and str(device).startswith("cpu") else scale
 
+# %% ../nbs/08_studies.ipynb #08c018-3
 def code_label(res: dict) -> str:
     "`abc1234`, with `dirty` when the checkout had uncommitted changes and `stale` when the code changed since."
     if not res.get("commit"): return "unknown"
     flags = (["dirty"] if res.get("dirty") else []) + (["stale"] if is_stale(res) else [])
     return res["commit"] + (f" ({', '.join(flags)})" if flags else "")
 
+# %% ../nbs/08_studies.ipynb #08c018-4
 def _anchor(r) -> str: return f"{r['study']}-{r['dir'].split('/')[-1]}"
 
+# %% ../nbs/08_studies.ipynb #08c018-5
 def _md_cell(text: str) -> str: return text.replace("|", "\\|")
 
+# %% ../nbs/08_studies.ipynb #08c018-6
 def _holding(r) -> str: return "FAILED" if r["status"] != "ok" else f"{sum(c['holds'] for c in r['claims'])} of {len(r['claims'])}"
 
+# %% ../nbs/08_studies.ipynb #08c018-7
 INDEX_INTRO = ("Each section is one study run: what the report found, our figure, and each claim with the value the study "
                "measured, its threshold and whether it holds at that scale. Regenerate with `make reproduce` (or `c2 study "
                "run NAME --scale S`); figures are drawn from each run's `results.json`. A failed run is marked failed, never "
                "as holding. *code* is the commit a run came from: *dirty* when the checkout had uncommitted changes, *stale* "
                "when the library or the study changed since.")
 
+# %% ../nbs/08_studies.ipynb #08c018-8
 def _md_inline_html(text: str) -> str:
     "Escaped `text` with markdown's inline `code` and *emphasis* as HTML."
     t = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text, quote=False))
     return re.sub(r"\*([^*]+)\*", r"<i>\1</i>", t)
 
+# %% ../nbs/08_studies.ipynb #08c018-9
 def build_index(root=None) -> Path:
     """Write `index.md` and `index.html` over every `*/*/results.json` under `root` (default `results_root()`): a summary
     table (claims holding per study and scale), then one section per run -- the report's finding, the run's figures at a
@@ -568,6 +603,7 @@ tr.holds td:last-child {{ color: #11691e; font-weight: bold; }} tr.nothold td:la
 # %% ../nbs/08_studies.ipynb #08c021
 LOCAL_SLURM_DIR = "/var/tmp/c2-slurm"
 
+# %% ../nbs/08_studies.ipynb #08c021-1
 def slurm_env() -> dict:
     "The environment Slurm clients need: `SLURM_CONF` defaults to the local cluster's config when that exists."
     env = dict(os.environ)
@@ -576,10 +612,12 @@ def slurm_env() -> dict:
         if conf.is_file(): env["SLURM_CONF"] = str(conf)
     return env
 
+# %% ../nbs/08_studies.ipynb #08c021-2
 def use_slurm_env():
     "Put `slurm_env()` into this process (submitit calls sbatch / sacct / scontrol as subprocesses)."
     os.environ.update({k: v for k, v in slurm_env().items() if k == "SLURM_CONF"})
 
+# %% ../nbs/08_studies.ipynb #08c021-3
 def slurm_problem() -> str | None:
     "None when a Slurm controller answers; else why not, in one line."
     if not shutil.which("sbatch"):
@@ -596,6 +634,7 @@ def slurm_problem() -> str | None:
         return f"no Slurm controller answers (scontrol ping, config {where}): start one with `make slurm-up`"
     return None
 
+# %% ../nbs/08_studies.ipynb #08c021-4
 class StudyJob:
     "The callable a submitit job runs: `run_study` in the job's process; requeued from its checkpoint on preemption."
     def __call__(self, name: str, scale: str, out: str, params: dict) -> dict:
@@ -607,9 +646,11 @@ class StudyJob:
         import submitit
         return submitit.helpers.DelayedSubmission(self, name, scale, out, params)
 
+# %% ../nbs/08_studies.ipynb #08c021-5
 RESOURCE_KEYS = {"partition": "slurm_partition", "timeout_min": "timeout_min", "cpus_per_task": "cpus_per_task",
                  "gpus_per_node": "gpus_per_node", "mem_gb": "mem_gb"}
 
+# %% ../nbs/08_studies.ipynb #08c021-6
 def job_resources(name: str, scale: str, **flags) -> dict:
     "Slurm resources of a study at a scale: the scale file's `slurm` section, then non-None `flags`."
     res = {"partition": None, "timeout_min": 30, "cpus_per_task": 1, "gpus_per_node": 0, "mem_gb": 2}
@@ -621,6 +662,7 @@ def job_resources(name: str, scale: str, **flags) -> dict:
         res[k] = v
     return res
 
+# %% ../nbs/08_studies.ipynb #08c021-7
 def expand_sweeps(name: str, scale: str, base: dict, sweeps=()) -> list[dict]:
     "The parameter sets of a sweep: every combination of `key=v1,v2,...` over `base` (names and types checked)."
     combos = [dict(base)]
@@ -631,11 +673,13 @@ def expand_sweeps(name: str, scale: str, base: dict, sweeps=()) -> list[dict]:
         combos = [resolve_params(name, scale, {**c, k: v}) for c in combos for v in values]
     return combos
 
+# %% ../nbs/08_studies.ipynb #08c021-8
 def _record_jobs(records: list[dict]):
     jobs_dir().mkdir(parents=True, exist_ok=True)
     with open(jobs_dir() / "jobs.jsonl", "a") as f:
         for r in records: f.write(json.dumps(r) + "\n")
 
+# %% ../nbs/08_studies.ipynb #08c021-9
 def submit_study(name: str, scale: str = "cpu", executor: str = "local", sweeps=(), overrides=(), out=None,
                  wait: bool = False, **resources) -> list:
     "Submit a study (or a sweep of it, one job array) through submitit; return the submitit jobs."
@@ -671,6 +715,7 @@ def submit_study(name: str, scale: str = "cpu", executor: str = "local", sweeps=
     if wait: wait_jobs(jobs)
     return jobs
 
+# %% ../nbs/08_studies.ipynb #08c021-10
 def wait_jobs(jobs) -> list[dict]:
     "Block until every job ends; return their summaries; raise `StudyFailed` naming the jobs that failed."
     out, failed = [], []
@@ -693,6 +738,7 @@ def _local_state(rec) -> str:
     except (ProcessLookupError, ValueError): return "INTERRUPTED"
     except PermissionError: return "RUNNING"
 
+# %% ../nbs/08_studies.ipynb #08c026-1
 def _sacct_states(ids: list[str]) -> dict:
     if not ids: return {}
     try:
@@ -712,6 +758,7 @@ def _sacct_states(ids: list[str]) -> dict:
                 for t in range(int(a), int(b or a) + 1): states.setdefault(f"{m.group(1)}_{t}", state.split()[0])
     return {i: states.get(i, "UNKNOWN") for i in ids}
 
+# %% ../nbs/08_studies.ipynb #08c026-2
 def study_jobs(limit: int | None = 20) -> list[dict]:
     "The last `limit` submitted jobs with their current state."
     path = jobs_dir() / "jobs.jsonl"

@@ -7,7 +7,7 @@ Parts: `quant` (MXFP8 quantisation along rows and columns: GB/s vs a device-to-d
 Triton kernels), `gemm` (MXFP8 grouped GEMM at MoE shapes and a dense GEMM: TFLOP/s vs BF16 `torch._grouped_mm` /
 `mm`, FP8 row-wise `torch._scaled_grouped_mm` / `_scaled_mm`, and torchao's MXFP8 grouped GEMM where the device has
 it), `moe` (an MoE layer forward+backward, `expert_backend` mxfp8 vs grouped_mm, BF16 autocast, and the forward
-alone with the forward-only nvfp4 backend), `parity` (the smoke model trained 300 steps with each backend),
+alone with the forward-only nvfp4 backend), `parity` (the smoke model trained 300 steps with each backend: `parity_run` below),
 `nvfp4_quant` (NVFP4 quantisation: GB/s vs copy), `nvfp4_gemm` (NVFP4 grouped GEMM at the same shapes: TFLOP/s of
 the `dequant` and, on sm_100, native `dot_scaled` paths vs BF16, with and without quantising the activations, plus
 the error against FP64 on a slice of rows). Needs a CUDA device, except with `--smoke`, which runs every part on
@@ -265,12 +265,40 @@ def moe_part(mx, quick, errors):
     return out
 
 
+def parity_run(backend: str, steps: int = 300, device: str = "cuda", autocast: bool = True, seed: int = 0,
+               batch: int = 16, seq: int = 128, lr: float = 3e-3) -> list[float]:
+    "Train the smoke model on this repo's source bytes with `expert_backend=backend`; return the loss per step."
+    from composer2.config import load_config
+    from composer2.model import MoETransformer, training_loss
+    import composer2
+    src = b"".join(p.read_bytes() for p in sorted(Path(composer2.__file__).resolve().parent.glob("*.py")))
+    data = torch.tensor(list(src), dtype=torch.long)
+    cfg = load_config("smoke", overrides=[f"model.expert_backend={backend}", "model.vocab_size=256"]).model
+    torch.manual_seed(seed)
+    model = MoETransformer(cfg).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
+    g = torch.Generator().manual_seed(seed)
+    losses = []
+    for step in range(steps):
+        i = torch.randint(0, len(data) - seq - 1, (batch,), generator=g)
+        xy = torch.stack([data[j:j + seq + 1] for j in i.tolist()]).to(device)
+        for pg in opt.param_groups: pg["lr"] = lr * min(1.0, (step + 1) / 20)
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
+            loss = training_loss(model, xy[:, :-1], xy[:, 1:])["loss"]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step(); model.update_router_biases()
+        losses.append(loss.item())
+    return losses
+
+
 def parity_part(mx, quick, errors):
     steps = 2 if SMOKE else 100 if quick else 300
     kw = dict(device="cpu", autocast=False, batch=2, seq=16) if SMOKE and DEV != "cuda" else {}
     t0 = time.time()
-    curves = {"bf16 grouped_mm": mx.parity_run("grouped_mm", steps, **kw), "mxfp8": mx.parity_run("mxfp8", steps, **kw),
-              "fp32 loop": mx.parity_run("loop", steps, **{**kw, "autocast": False})}
+    curves = {"bf16 grouped_mm": parity_run("grouped_mm", steps, **kw), "mxfp8": parity_run("mxfp8", steps, **kw),
+              "fp32 loop": parity_run("loop", steps, **{**kw, "autocast": False})}
     win = min(10, steps)
     sm = lambda c: torch.tensor(c).unfold(0, win, win).mean(1)
     ref = sm(curves["bf16 grouped_mm"])
@@ -372,9 +400,11 @@ def main():
     if not torch.cuda.is_available():
         if not SMOKE: sys.exit("bench_mxfp8: needs a CUDA device (or --smoke)")
         DEV = "cpu"
-        os.environ.setdefault("TRITON_INTERPRET", "1")   # before composer2.mxfp8 defines its kernels
+        os.environ.setdefault("TRITON_INTERPRET", "1")   # before composer2.mx_quant defines its kernels
     import triton
-    import composer2.mxfp8 as mx
+    from types import SimpleNamespace
+    import composer2.mx_quant, composer2.mx_gemm, composer2.nvfp4
+    mx = SimpleNamespace(**{**vars(composer2.mx_quant), **vars(composer2.mx_gemm), **vars(composer2.nvfp4)})   # the three kernel modules
     dev = torch.cuda.get_device_name() if DEV == "cuda" else f"CPU {platform.machine()} (Triton interpreter)"
     info = dict(device=dev, capability=list(torch.cuda.get_device_capability()) if DEV == "cuda" else None,
                 torch=torch.__version__, triton=triton.__version__, default_impl=mx.default_impl(),
