@@ -8,7 +8,8 @@ calls/s on 2 cores, p50 of run("true") < 20 ms) and written to kernels/results/e
 import argparse, json, os, platform, re, socket, statistics, subprocess, sys, time
 from pathlib import Path
 from composer2.config import C2Error, SandboxConfig
-from composer2.sandbox import Sandbox, SandboxPool, make_workspace, remove_workspace
+from composer2.sandbox import Sandbox, SandboxPool
+from composer2.workspace import make_workspace, remove_workspace
 
 TARGETS = {"calls_per_s": 100.0, "p50_ms": 20.0}
 TASK_FILES = {f"pkg/mod{i}.py": f"def f{i}(x):\n    return x + {i}\n" * 20 for i in range(4)} | {

@@ -1,7 +1,9 @@
 """`make test`: the notebook-sync check, nbdev_test over nbs/, pytest over tests/, one summary line at the end.
 
-Extra nbdev flags (e.g. slow, gpu) come from $C2_TEST_FLAGS; extra pytest arguments from $PYTEST_ADDOPTS."""
-import os, re, subprocess, sys, time
+Extra nbdev flags (e.g. slow, gpu) come from $C2_TEST_FLAGS; extra pytest arguments from $PYTEST_ADDOPTS. Cells that need
+bubblewrap (`#| bwrap`) run where `bwrap` is installed, and always under CI=true, where a missing bubblewrap then fails
+them instead of passing silently."""
+import os, re, shutil, subprocess, sys, time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -36,7 +38,9 @@ def sync_checks():
 def notebook(nb):
     t0 = time.time()
     cmd = [str(BIN / "nbdev_test"), "--path", str(nb), "--n_workers", "0", "--do_print"]
-    if os.environ.get("C2_TEST_FLAGS"): cmd += ["--flags", os.environ["C2_TEST_FLAGS"]]
+    flags = os.environ.get("C2_TEST_FLAGS", "").split()
+    if shutil.which("bwrap") or os.environ.get("CI") == "true": flags.append("bwrap")
+    if flags: cmd += ["--flags", " ".join(flags)]
     r = run(cmd)
     return f"notebook {nb.name}", r.returncode == 0, t0, r.stdout + r.stderr
 

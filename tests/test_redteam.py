@@ -6,7 +6,10 @@ import hashlib, os, py_compile, re, shutil, time, tracemalloc, uuid
 from pathlib import Path
 import pytest
 from composer2.config import C2Error, load_config
-from composer2.sandbox import BWRAP_MISSING, Sandbox, make_workspace, remove_workspace, sandbox_limits, write_beneath
+from composer2.host import BWRAP_MISSING
+from composer2.sandbox import Sandbox, sandbox_limits
+from composer2.workspace import make_workspace, remove_workspace
+from composer2.paths import write_beneath
 from composer2.episode import read_workspace, run_episode
 from composer2.judge import judge, judge_spec, protected_files
 from composer2.policies import OraclePolicy
@@ -327,7 +330,7 @@ def test_every_denied_system_call_is_denied_by_the_filter(host):
     """Each call of SECCOMP_DENY (harmless arguments: zeros) fails with EPERM under the filter; without the filter most of
     them do something else (succeed, EFAULT, EBADF, EINVAL...), so it is the filter that stops them, not missing privilege."""
     import pyseccomp as sc
-    from composer2.sandbox import SECCOMP_DENY
+    from composer2.host import SECCOMP_DENY
     nrs = {n: sc.resolve_syscall(sc.Arch.NATIVE, n) for n in SECCOMP_DENY}
     nrs = {n: nr for n, nr in nrs.items() if nr >= 0}
     probe = ("import ctypes, json\nlibc = ctypes.CDLL(None, use_errno=True)\nout = {}\n"

@@ -13,7 +13,7 @@ from composer2.tasks import Task, edit_calls, estimate_tokens, lines_changed, lo
 CFG = load_config("smoke")
 
 def _need_sandbox():
-    from composer2.sandbox import SandboxUnavailable, bwrap_path
+    from composer2.host import SandboxUnavailable, bwrap_path
     try: bwrap_path()
     except SandboxUnavailable as e: pytest.skip(str(e))
 
@@ -25,7 +25,8 @@ def suites():
                 lh=long_horizon_suite(t, "train", 20, context_tokens=CFG.model.max_seq_len) + long_horizon_suite(t, "eval", 10))
 
 def _verdicts(tasks, workers=4):
-    from composer2.sandbox import Sandbox, SandboxPool, make_workspace, remove_workspace
+    from composer2.sandbox import Sandbox, SandboxPool
+    from composer2.workspace import make_workspace, remove_workspace
     def one(task):
         out = []
         for files in (task.files, task.target):
@@ -97,7 +98,8 @@ def test_edits_reach_the_solution_exactly(suites, tmp_path):
 
 def test_judge_restores_the_tests(suites):
     _need_sandbox()
-    from composer2.sandbox import Sandbox, make_workspace, remove_workspace
+    from composer2.sandbox import Sandbox
+    from composer2.workspace import make_workspace, remove_workspace
     t = suites["lh"][0]
     assert "run_tests.py" in protected_files(t) and "config.py" not in protected_files(t)
     ws = make_workspace(t.files)

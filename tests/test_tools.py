@@ -8,7 +8,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from composer2.config import load_config
 from composer2.data import SPECIAL_TOKENS, open_data
 from composer2.rewards import Effort, compute_reward, effort_from_transcript
-from composer2.sandbox import Sandbox, SandboxUnavailable, bwrap_path, make_workspace, remove_workspace
+from composer2.sandbox import Sandbox
+from composer2.host import SandboxUnavailable, bwrap_path
+from composer2.workspace import make_workspace, remove_workspace
 from composer2.tools import (END_THINK, SYSTEM_PROMPT, THINK, TOOL_CALL, TOOLS, Message, SemanticIndex, Toolbox, ToolCall,
                              Transcript, format_tool_call, parse_tool_calls, parse_turn)
 
