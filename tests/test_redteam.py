@@ -15,7 +15,8 @@ from composer2.judge import judge, judge_spec, protected_files
 from composer2.policies import OraclePolicy
 from composer2.suites import load_suite
 from composer2.tasks import Task, synthetic_suite, task_diff
-from composer2.tools import Toolbox, format_tool_call
+from composer2.tools import Toolbox
+from composer2.protocol import format_tool_call
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason=BWRAP_MISSING)
 CFG = load_config("smoke")

@@ -88,7 +88,8 @@ def test_every_task_fails_as_shipped_and_passes_when_fixed(suites):
     assert all(x == (False, True) for x in v), [(t.id, x) for t, x in zip(tasks, v) if x != (False, True)]
 
 def test_edits_reach_the_solution_exactly(suites, tmp_path):
-    from composer2.tools import Toolbox, format_tool_call
+    from composer2.tools import Toolbox
+    from composer2.protocol import format_tool_call
     for i, t in enumerate(suites["syn"][:40] + suites["lh"][:10]):
         ws = tmp_path / str(i)
         for p, s in t.files.items(): (ws / p).parent.mkdir(parents=True, exist_ok=True); (ws / p).write_text(s)
@@ -151,7 +152,7 @@ def test_oracle_solves_c2bench_through_edit_file(capsys):
 def test_oracle_transcripts_render_for_sft():
     _need_sandbox()
     from composer2.data import build_data
-    from composer2.tools import Transcript
+    from composer2.protocol import Transcript
     data = build_data(CFG, progress=False)
     trs = oracle_transcripts(CFG, 4, workers=2)
     assert len(trs) == 4

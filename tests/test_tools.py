@@ -11,8 +11,9 @@ from composer2.rewards import Effort, compute_reward, effort_from_transcript
 from composer2.sandbox import Sandbox
 from composer2.host import SandboxUnavailable, bwrap_path
 from composer2.workspace import make_workspace, remove_workspace
-from composer2.tools import (END_THINK, SYSTEM_PROMPT, THINK, TOOL_CALL, TOOLS, Message, SemanticIndex, Toolbox, ToolCall,
-                             Transcript, format_tool_call, parse_tool_calls, parse_turn)
+from composer2.protocol import END_THINK, SYSTEM_PROMPT, THINK, TOOL_CALL, TOOLS, Message, ToolCall, Transcript, format_tool_call, parse_tool_calls, parse_turn
+from composer2.search import SemanticIndex
+from composer2.tools import Toolbox
 
 # ---- strategies
 TOKENISH = SPECIAL_TOKENS + ["<|", "|>", "{", "}", "[", "]", '"', ":", ",", "\\", "\n", "null", "true"]
