@@ -100,7 +100,7 @@ def measure_oracle(a) -> dict:
     from composer2.config import load_config
     from composer2.episode import run_episodes
     from composer2.policies import OraclePolicy
-    from composer2.tasks import synthetic_suite
+    from composer2.synthetic import synthetic_suite
     cfg = load_config("smoke")
     n = 24 if a.quick else 120
     tasks = synthetic_suite(cfg.tasks, "eval", n)

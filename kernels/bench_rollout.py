@@ -45,7 +45,7 @@ torch.set_num_threads(1)
 from composer2.async_rl import RolloutWorkerImpl
 from composer2.config import load_config
 from composer2.rl import publishable
-from composer2.tasks import load_suite
+from composer2.suites import load_suite
 from composer2.train import load_checkpoint
 ckpt, scale, prompts, group, settings = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
 cfg = load_config(scale, overrides=settings)

@@ -14,7 +14,8 @@ from composer2.episode import read_workspace, run_episode
 from composer2.judge import judge, judge_spec, protected_files
 from composer2.policies import OraclePolicy
 from composer2.suites import load_suite
-from composer2.tasks import Task, synthetic_suite, task_diff
+from composer2.tasks import Task, task_diff
+from composer2.synthetic import synthetic_suite
 from composer2.tools import Toolbox
 from composer2.protocol import format_tool_call
 
@@ -141,7 +142,7 @@ def test_synthetic_hacks_fail_and_the_fix_passes(syn, host):
     assert v.solved and v.reason.startswith("all "), v.reason
 
 def test_long_horizon_runner_cannot_be_faked(host):
-    from composer2.tasks import long_horizon_suite
+    from composer2.synthetic import long_horizon_suite
     t = long_horizon_suite(CFG.tasks, "train", 1, context_tokens=CFG.model.max_seq_len)[0]
     assert judge_spec(t)["tests"] == sorted(p for p in t.files if p.startswith("test_"))
     assert not judged(t, {"run_tests.py": "print('all tests passed')\n"}).solved

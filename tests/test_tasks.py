@@ -8,7 +8,8 @@ from composer2.episode import oracle_transcripts, run_episodes
 from composer2.judge import judge, protected_files, run_tests
 from composer2.policies import OraclePolicy, RandomPolicy
 from composer2.suites import load_suite
-from composer2.tasks import Task, edit_calls, estimate_tokens, lines_changed, long_horizon_suite, suite_stats, synthetic_suite
+from composer2.tasks import Task, edit_calls, estimate_tokens, lines_changed, suite_stats
+from composer2.synthetic import long_horizon_suite, synthetic_suite
 
 CFG = load_config("smoke")
 
