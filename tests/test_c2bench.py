@@ -4,9 +4,8 @@ solution: must pass); the full run over every shipped task is the slow tier."""
 import json, shutil, sys, time
 from collections import Counter
 import pytest
-from composer2.c2bench import (CATEGORIES, MODULES, build_c2bench, c2bench_manifest, c2bench_records, c2bench_stats,
-                               c2bench_suite, default_assets, diff_counts, mutation_sites, revalidate, spread_sample,
-                               stdlib_dir, module_test_cmd)
+from composer2.mutations import CATEGORIES, mutation_sites
+from composer2.c2bench import MODULES, build_c2bench, c2bench_manifest, c2bench_records, c2bench_stats, c2bench_suite, default_assets, diff_counts, revalidate, spread_sample, stdlib_dir, module_test_cmd
 from composer2.config import C2Error
 from composer2.tasks import Task
 
