@@ -71,7 +71,7 @@ def bench_rollouts(args, ck, checkout) -> dict:
     import dataclasses
     from composer2.data import open_data
     from composer2.engine import Engine
-    from composer2.rl import publishable
+    from composer2.sync import publishable
     from composer2.rollout import Rollouts
     from composer2.async_rl import build_policy
     from composer2.suites import load_suite
