@@ -73,7 +73,7 @@ def bench_rollouts(args, ck, checkout) -> dict:
     from composer2.engine import Engine
     from composer2.sync import publishable
     from composer2.rollout import Rollouts
-    from composer2.async_rl import build_policy
+    from composer2.actors import build_policy
     from composer2.suites import load_suite
     torch.set_num_threads(1)
     from composer2.config import load_config
