@@ -215,7 +215,7 @@ class SandboxConfig:
 # %% ../nbs/00_config.ipynb #00c007-7
 @dataclass
 class TasksConfig:
-    "The task suites (composer2.tasks)."
+    "The task suites (composer2.synthetic, composer2.c2bench)."
     suite: str = opt("synthetic", choices=["synthetic", "long_horizon", "c2bench"])
     n_train: int = opt(200, lo=1)
     n_eval: int = opt(50, lo=1)
@@ -245,7 +245,7 @@ class RewardConfig:
 # %% ../nbs/00_config.ipynb #00c007-9
 @dataclass
 class RLConfig:
-    "Asynchronous RL (composer2.rl, report section 4)."
+    "Asynchronous RL (composer2.rl, composer2.sync, composer2.async_rl; report section 4)."
     runs: str = opt("runs/rl", doc="RL runs write to RUNS/SCALE/NAME/")
     name: str = opt("", doc="run name (NAME above); '' means the mode, async or sync")
     mode: str = opt("async", choices=["async", "sync"])

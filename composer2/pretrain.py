@@ -130,7 +130,7 @@ class TranscriptStream(WindowStream):
 
 # %% ../nbs/30_pretrain.ipynb #07c011
 def render_transcript(data: DataDir, turns: list[tuple[str, str]]) -> tuple[list[int], list[int]]:
-    "Token ids and loss mask of (role, text) messages: a `composer2.tools.Transcript` rendered."
+    "Token ids and loss mask of (role, text) messages: a `composer2.protocol.Transcript` rendered."
     return Transcript([Message(role, text) for role, text in turns]).render(data)
 
 # %% ../nbs/30_pretrain.ipynb #07c011-1
