@@ -4,6 +4,7 @@ and one-line errors (exit status 2) for bad input. Results go to a scratch dir (
 import json, re
 import pytest
 from conftest import c2, one_line_error
+from composer2.config import load_config
 
 CLAIM_KEYS = {"id", "statement", "measured", "threshold", "holds"}
 
@@ -130,15 +131,16 @@ def test_best_of_k_results(smoke):
     out = smoke[0] / "best_of_k" / "smoke"
     res = json.loads((out / "results.json").read_text())
     assert res["status"] == "ok", res
-    m, p = res["metrics"], res["params"]
-    assert set(m["stages"]) == {"base", "cpt-small", "mtp", "long", "sft"} and m["stages"]["sft"]["steps"] == p["sft_steps"]
+    m = res["metrics"]
+    c = load_config(res["params"]["base_scale"], overrides=res["params"]["config"])   # what the study's runs were given
+    assert set(m["stages"]) == {"base", "cpt-small", "mtp", "long", "sft"} and m["stages"]["sft"]["steps"] == c.pretrain.sft_steps
     assert m["runs"] == ["rl", "shuffle"] and m["ks"] == [1, 2]      # the real run and the reward-shuffle control
     for run in m["runs"]:
-        assert len(m["steps"][run]) == m["rl"][run]["steps"] == p["rl_steps"]
-        assert [int(e["step"]) for e in m["evals"][run]] == list(range(0, p["rl_steps"] + 1, p["eval_every"]))
+        assert len(m["steps"][run]) == m["rl"][run]["steps"] == c.rl.steps
+        assert [int(e["step"]) for e in m["evals"][run]] == list(range(0, c.rl.steps + 1, c.rl.eval_every))
         for e in m["evals"][run]:   # best-of-K never falls as K grows, and best-of-1 is pass@1
-            assert e["best_of_1"] == e["pass_at_1"] and 0 <= e["best_of_1"] <= e["best_of_2"] <= 1 and e["n_tasks"] == p["n_eval"]
-        for d in m["deltas"][run].values(): assert d["lo"] <= d["mean"] <= d["hi"] and d["n"] == p["n_eval"]
+            assert e["best_of_1"] == e["pass_at_1"] and 0 <= e["best_of_1"] <= e["best_of_2"] <= 1 and e["n_tasks"] == c.tasks.n_eval
+        for d in m["deltas"][run].values(): assert d["lo"] <= d["mean"] <= d["hi"] and d["n"] == c.tasks.n_eval
         assert m["trend"][run]["lo"] <= m["trend"][run]["slope"] <= m["trend"][run]["hi"]
     assert {c["id"] for c in res["claims"]} == {"sft_keeps_base", "sft_solves_some", "pass1_rises", "best_of_k_rises",
                                                 "train_reward_rises", "control_flat", "malformed_calls_fall", "train_reward_beats_control",
@@ -146,7 +148,7 @@ def test_best_of_k_results(smoke):
     for run in m["runs"]: assert m["malformed_trend"][run]["lo"] <= m["malformed_trend"][run]["slope"] <= m["malformed_trend"][run]["hi"]
     pt = m["paired_trend"]   # real minus control per prompt: every prompt both runs trained, each at the step the real run took it
     assert pt["prompts"] == len(pt["points"]) >= 3 and pt["lo"] <= pt["slope"] <= pt["hi"]
-    assert {int(s) for s, _ in pt["points"]} <= set(range(p["rl_steps"]))
+    assert {int(s) for s, _ in pt["points"]} <= set(range(c.rl.steps))
     assert (out / "best_of_k.png").stat().st_size > 10_000
 
 def test_rl_systems_results(smoke):
@@ -169,7 +171,7 @@ def test_param_override_and_own_out_dir(tmp_path, smoke):
     assert r.returncode == 0, r.stderr
     res = json.loads((out / "results.json").read_text())
     assert res["params"]["lam"] == 0.003 and len(res["metrics"]["tasks"]) == 9
-    assert f"length_penalty (smoke): started" in r.stdout and "no earlier run here" in r.stdout and f"log: {out}/length_penalty.log" in r.stdout
+    assert "length_penalty (smoke): started" in r.stdout and "no earlier run here" in r.stdout and f"log: {out}/length_penalty.log" in r.stdout
     assert not (tmp_path / "index.md").exists()      # an --out outside the results root leaves the index alone
     # that dir now belongs to length_penalty
     one_line_error(c2("study", "run", "kl_estimators", "--scale", "smoke", "--out", str(out)),
@@ -197,6 +199,9 @@ def test_failed_notebook_is_marked_failed(tmp_path):
     (["study", "run", "length_penalty", "--scale", "smoke", "-p", "k_values=0.1"], ["parameter k_values", "must be a list"]),
     (["study", "submit", "length_penalty", "--scale", "smoke", "--sweep", "lam=small,0.1"], ["parameter lam", "must be a number"]),
     (["study", "submit", "length_penalty", "--scale", "smoke", "--sweep", "nope=1,2"], ["unknown parameter 'nope'"]),
+    (["study", "run", "rl_systems", "--scale", "smoke", "-p", "rl.no_such_key=1"], ["unknown key rl.no_such_key"]),
+    (["study", "submit", "best_of_k", "--scale", "smoke", "--sweep", "rl.lr=fast,0.1"], ["rl.lr", "is not a number"]),
+    (["study", "run", "kl_estimators", "--scale", "smoke", "-p", "rl.lr=0.1"], ["study kl_estimators takes no config overrides"]),
     (["study", "submit", "length_penalty", "--scale", "smoke", "--executor", "cloud"], ["unknown executor 'cloud'"]),
     (["reproduce", "--scale", "huge"], ["unknown scale 'huge'"]),
 ])
