@@ -230,6 +230,8 @@ class TasksConfig:
     lines_to_change: int = opt(1, lo=1, doc="bugs to fix per task")
     bug_kinds: list[str] = opt(["operator", "constant", "comparison", "return", "missing"])
     max_turns: int = opt(12, lo=1, doc="agent turns before an episode is cut off")
+    docs_search: bool = opt(False, doc="offer the docs_search tool (the standard library's documentation) in the system prompt; "
+                            "off by default, so that the policies trained so far keep the prompt they were trained with")
     episode_timeout_s: float = opt(900.0, lo=0.0, doc="wall-clock budget of one episode (policy, tools, judge); past it "
                                                       "the episode ends unsolved; 0 = no budget")
 

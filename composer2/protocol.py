@@ -13,8 +13,8 @@ from .paths import printable
 # %% auto #0
 __all__ = ['SYSTEM', 'USER', 'ASSISTANT', 'END_TURN', 'TOOL_CALL', 'END_TOOL_CALL', 'TOOL_RESULT', 'END_TOOL_RESULT', 'THINK',
            'END_THINK', 'SUMMARIZE', 'SUMMARY', 'END_SUMMARY', 'TOOLS', 'SYSTEM_PROMPT', 'ROLES', 'ToolCall',
-           'ToolResult', 'format_tool_call', 'Param', 'ToolSpec', 'check_arguments', 'parse_turn', 'parse_tool_calls',
-           'TurnParts', 'turn_parts', 'Message', 'Transcript']
+           'ToolResult', 'format_tool_call', 'Param', 'ToolSpec', 'check_arguments', 'make_system_prompt', 'parse_turn',
+           'parse_tool_calls', 'TurnParts', 'turn_parts', 'Message', 'Transcript']
 
 # %% ../nbs/18_protocol.ipynb #13c006
 SYSTEM, USER, ASSISTANT, END_TURN = "<|system|>", "<|user|>", "<|assistant|>", "<|end_turn|>"
@@ -62,9 +62,10 @@ class Param:
 # %% ../nbs/18_protocol.ipynb #13c009-1
 @dataclass(frozen=True)
 class ToolSpec:
-    "A tool and its parameters."
+    "A tool and its parameters; an `opt_in` tool is offered (listed in the system prompt) only when a config asks for it."
     name: str
     params: tuple[Param, ...]
+    opt_in: bool = False
 
     def signature(self) -> str:
         "`name(a, b?)`: optional parameters end in `?`."
@@ -80,6 +81,7 @@ TOOLS = {s.name: s for s in [
     ToolSpec("semantic_search", (Param("query", "string"), Param("k", "integer", False))),
     ToolSpec("todo", (Param("add", "array[string]", False), Param("complete", "array[integer]", False))),
     ToolSpec("finish", (Param("message", "string"),)),
+    ToolSpec("docs_search", (Param("query", "string"), Param("k", "integer", False)), opt_in=True),   # tasks.docs_search
 ]}
 
 # %% ../nbs/18_protocol.ipynb #13c009-3
@@ -108,11 +110,15 @@ def check_arguments(name: str, arguments) -> str | None:
     return None
 
 # %% ../nbs/18_protocol.ipynb #13c009-5
-SYSTEM_PROMPT = (   # short: at the smoke scale a long prompt would fill the whole SFT context
-    "You are a coding agent in /workspace; paths are relative to it. Call tools as "
-    f'{TOOL_CALL}{{"name": ..., "arguments": {{...}}}}{END_TOOL_CALL}; the calls of a turn run in parallel and their results '
-    f"come back in order, each as {TOOL_RESULT}...{END_TOOL_RESULT}. Tools: " + ", ".join(s.signature() for s in TOOLS.values())
-    + f". Think inside {THINK}...{END_THINK}. Finish every to-do item, then call finish.")
+def make_system_prompt(opt_in=()) -> str:
+    "The system prompt: the call format and every tool but the opt-in ones not named in `opt_in`."
+    tools = [t for t in TOOLS.values() if not t.opt_in or t.name in opt_in]
+    return ("You are a coding agent in /workspace; paths are relative to it. Call tools as "
+            f'{TOOL_CALL}{{"name": ..., "arguments": {{...}}}}{END_TOOL_CALL}; the calls of a turn run in parallel and their results '
+            f"come back in order, each as {TOOL_RESULT}...{END_TOOL_RESULT}. Tools: " + ", ".join(t.signature() for t in tools)
+            + f". Think inside {THINK}...{END_THINK}. Finish every to-do item, then call finish.")
+
+SYSTEM_PROMPT = make_system_prompt()   # short: at the smoke scale a long prompt would fill the whole SFT context
 
 # %% ../nbs/18_protocol.ipynb #13c012
 def _segments(text: str) -> tuple[list[str], list[str]]:
