@@ -294,13 +294,17 @@ def study_runs(name: str, key: str) -> Path:
 RUN_PLACES = ("pretrain.runs", "rl.runs", "rl.name", "train.out")   # where a run is stored and what it is called: not settings
 
 def config_key(cfg, sections=None, exclude=()) -> str:
-    """`run_key` of a resolved config: its `sections` (all by default) as YAML, without the keys that only place a run
-    (`RUN_PLACES`) and without `exclude` (dotted keys a run does not depend on). Two studies' runs that agree on every
-    setting get one key, whatever overrides produced them."""
+    """`run_key` of a resolved config: the settings of its `sections` (all by default) that differ from the library's
+    defaults, without the keys that only place a run (`RUN_PLACES`) and without `exclude` (dotted keys a run does not
+    depend on). Two runs that agree on every setting get one key, whatever overrides produced them; a config field
+    added later at its default leaves existing keys (and the runs cached under them) as they were."""
     from composer2.config import to_yaml
-    d = yaml.safe_load(to_yaml(cfg))
-    d = {s: v for s, v in d.items() if sections is None or s in sections}
-    for k in (*RUN_PLACES, *exclude):
-        sec, _, key = k.partition(".")
-        if isinstance(d.get(sec), dict): d[sec].pop(key, None)
-    return run_key(yaml.safe_dump(d, sort_keys=True))
+    d, base = yaml.safe_load(to_yaml(cfg)), yaml.safe_load(to_yaml(type(cfg)()))
+    out = {}
+    for s, v in d.items():
+        if sections is not None and s not in sections: continue
+        if isinstance(v, dict):
+            v = {k: x for k, x in v.items() if x != (base.get(s) or {}).get(k, object()) and f"{s}.{k}" not in (*RUN_PLACES, *exclude)}
+            if v: out[s] = v
+        elif v != base.get(s): out[s] = v
+    return run_key(yaml.safe_dump(out, sort_keys=True))
