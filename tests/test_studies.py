@@ -13,7 +13,7 @@ def smoke(tmp_path_factory):
     "Every study reproduced at smoke scale into a scratch results root, once."
     d = tmp_path_factory.mktemp("smoke")
     env = {"C2_RESULTS": str(d / "results"), "C2_JOBS": str(d / "jobs")}
-    r = c2("reproduce", "--scale", "smoke", env=env, timeout=1800)   # six studies, two of them RL pipelines (~6 min alone)
+    r = c2("reproduce", "--scale", "smoke", env=env, timeout=1800)   # seven studies, two of them RL pipelines (~6 min alone)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "reproduce (smoke, local): 0 failed" in r.stdout
     return d / "results", env
@@ -27,6 +27,7 @@ def test_list():
     assert re.search(r"c2bench\s+Figure 7\s+scales: smoke, cpu, gpu", r.stdout)
     assert re.search(r"best_of_k\s+Figure 5\s+scales: smoke, cpu, gpu", r.stdout)
     assert re.search(r"rl_systems\s+.*scales: smoke, cpu, gpu", r.stdout)
+    assert re.search(r"mxfp8_parity\s+Section 6\s+scales: smoke, cpu, gpu", r.stdout)
 
 def test_cpt_loss_results(smoke):
     out = smoke[0] / "cpt_loss" / "smoke"
@@ -99,7 +100,7 @@ def test_index(smoke):
     root = smoke[0]
     md, page = (root / "index.md").read_text(), (root / "index.html").read_text()
     results = [json.loads(p.read_text()) for p in sorted(root.glob("*/*/results.json"))]
-    assert len(results) == 6 and all(r["status"] == "ok" for r in results)
+    assert len(results) == 7 and all(r["status"] == "ok" for r in results)
     for res in results:   # the summary row counts the claims that hold as results.json records them
         n, n_hold = len(res["claims"]), sum(c["holds"] for c in res["claims"])
         assert f"| [{res['study']}](#{res['study']}-smoke) |" in md and f"| smoke | {n_hold} of {n} |" in md
@@ -109,7 +110,7 @@ def test_index(smoke):
             if f.endswith(".png"): assert md.count(f'<img src="{res["study"]}/smoke/{f}"') == 1   # each figure once
     n_claims, n_hold = sum(len(r["claims"]) for r in results), sum(c["holds"] for r in results for c in r["claims"])
     assert page.count('<tr class="holds">') == n_hold and page.count('<tr class="nothold">') == n_claims - n_hold >= 0
-    assert page.count("<section ") == 6 and "(Figure 4)" in md and "**The report (Figure 5):** During RL" in md
+    assert page.count("<section ") == 7 and "(Figure 4)" in md and "**The report (Figure 5):** During RL" in md
 
 def test_index_in_a_real_browser(smoke):
     "index.html in headless Chromium: every image loads and the page logs no console message."
@@ -123,7 +124,7 @@ def test_index_in_a_real_browser(smoke):
                         (root / "probe.html").as_uri()], capture_output=True, text=True, timeout=120)
     out = json.loads(re.search(r'<pre id="out">(.*?)</pre>', r.stdout).group(1))
     n_png = sum(f.endswith(".png") for p in root.glob("*/*/results.json") for f in json.loads(p.read_text())["figures"])
-    assert out == {"images": n_png, "sections": 6, "broken": []} and n_png >= 6, out
+    assert out == {"images": n_png, "sections": 7, "broken": []} and n_png >= 7, out
     assert not [l for l in r.stderr.splitlines() if "CONSOLE" in l], r.stderr[-2000:]
 
 def test_best_of_k_results(smoke):
@@ -234,3 +235,14 @@ def test_submit_local_sweep_and_status(tmp_path):
     assert [(j["executor"], j["state"]) for j in jobs] == [("local", "COMPLETED")] * 2
     table = c2("study", "status", env=env).stdout
     assert table.splitlines()[0].split()[:5] == ["JOB", "STUDY", "SCALE", "EXECUTOR", "STATE"] and table.count("COMPLETED") == 2
+
+def test_mxfp8_parity_results(smoke):
+    "Both arms start from one init on the same batches (equal first-step loss), train the configured steps, and the claims hold."
+    res = json.loads((smoke[0] / "mxfp8_parity" / "smoke" / "results.json").read_text())
+    assert res["status"] == "ok", res
+    m = res["metrics"]
+    steps = load_config("smoke", overrides=res["params"]["config"]).train.steps
+    assert set(m["losses"]) == {"loop", "mxfp8"} and all(len(l) == steps for l in m["losses"].values())
+    assert abs(m["losses"]["loop"][0] - m["losses"]["mxfp8"][0]) < 1e-2    # same init, same batch: only MXFP8 rounding differs
+    assert {c["id"]: c["holds"] for c in res["claims"]} == {"mxfp8_tracks_reference": True, "both_learn": True, "nvfp4_forward_close": True}
+    assert 64 <= len(m["nvfp4_err"]) <= res["params"]["n_eval_seqs"] * 64    # held-out windows of the smoke seq_len (64)
