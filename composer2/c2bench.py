@@ -366,13 +366,19 @@ def _revalidate_one(args) -> dict:
     t, timeout, limits = args
     bad = run_task_files(t.files, t.test_cmd, timeout, limits)
     good = run_task_files({**t.files, **t.solution}, t.test_cmd, timeout, limits)
+    flaky = False
+    if not good.ok:   # a few upstream tests fail now and then (glob's test_selflink, ~1 run in 30 on two busy cores): once more
+        again = run_task_files({**t.files, **t.solution}, t.test_cmd, timeout, limits)
+        flaky, wall = again.ok, good.wall_s + again.wall_s
+        good = again
+    else: wall = good.wall_s
     return {"id": t.id, "module": t.meta["module"], "mutated_fails": bad.returncode != 0 and not bad.timed_out,
-            "solution_passes": good.ok, "ok": bad.returncode != 0 and not bad.timed_out and good.ok,
-            "wall_s": round(bad.wall_s + good.wall_s, 3)}
+            "solution_passes": good.ok, "flaky": flaky, "ok": bad.returncode != 0 and not bad.timed_out and good.ok,
+            "wall_s": round(bad.wall_s + wall, 3)}
 
 # %% ../nbs/27_c2bench.ipynb #16c034-2
 def revalidate(tasks: list, workers: int = 2, timeout: float = 30.0, limits: SandboxConfig | None = None) -> list[dict]:
-    "Per task: {id, module, mutated_fails, solution_passes, ok, wall_s}, from two real sandbox runs each."
+    "Per task: {id, module, mutated_fails, solution_passes, flaky, ok, wall_s}, from real sandbox runs (a failing solution runs twice)."
     from composer2.sandbox import SandboxPool
     with SandboxPool(workers) as pool:
         return pool.map(_revalidate_one, [(t, timeout, limits or SandboxConfig()) for t in tasks])
