@@ -5,18 +5,19 @@
 # %% ../nbs/27_c2bench.ipynb #16c003
 from __future__ import annotations
 import ast, dataclasses, difflib, gzip, hashlib, importlib, importlib.resources, json, math, random, re
-import statistics, sys, sysconfig, time
+import statistics, sys, time
 from collections import Counter
 from pathlib import Path
 from .config import C2Error, SandboxConfig
+from .data import stdlib_dir
 from .tasks import Task
 from .mutations import CATEGORIES, Mutation, candidate_mutations, live_functions
 
 # %% auto #0
-__all__ = ['MODULES', 'FORMAT', 'EVAL_FRACTION', 'REPORT_FIG7', 'module_test_cmd', 'stdlib_dir', 'stdlib_sources',
-           'support_paths', 'workspace_files', 'foreign_test_imports', 'failing_tests', 'run_task_files', 'vet_module',
-           'make_prompt', 'default_assets', 'diff_counts', 'module_splits', 'build_c2bench', 'c2bench_manifest',
-           'c2bench_records', 'record_to_task', 'c2bench_suite', 'spread_sample', 'revalidate', 'c2bench_stats']
+__all__ = ['MODULES', 'FORMAT', 'EVAL_FRACTION', 'REPORT_FIG7', 'module_test_cmd', 'stdlib_sources', 'support_paths',
+           'workspace_files', 'foreign_test_imports', 'failing_tests', 'run_task_files', 'vet_module', 'make_prompt',
+           'default_assets', 'diff_counts', 'module_splits', 'build_c2bench', 'c2bench_manifest', 'c2bench_records',
+           'record_to_task', 'c2bench_suite', 'spread_sample', 'revalidate', 'c2bench_stats']
 
 # %% ../nbs/27_c2bench.ipynb #16c015
 MODULES = ["base64", "cmd", "codeop", "colorsys", "csv", "filecmp", "fileinput", "fractions", "getopt", "getpass", "glob",
@@ -27,11 +28,6 @@ MODULES = ["base64", "cmd", "codeop", "colorsys", "csv", "filecmp", "fileinput",
 def module_test_cmd(module: str) -> str:
     "The command that runs `module`'s own test file inside the sandbox (exit 0 = the tests pass)."
     return f"PYTHONHASHSEED=0 python3 -B -m unittest -q test.test_{module}"
-
-# %% ../nbs/27_c2bench.ipynb #16c015-2
-def stdlib_dir() -> Path:
-    "The standard library of the running interpreter (under `sys.base_prefix` for a venv)."
-    return Path(sysconfig.get_paths()["stdlib"])
 
 # %% ../nbs/27_c2bench.ipynb #16c015-3
 def stdlib_sources(modules, stdlib: Path | None = None) -> dict[str, str]:

@@ -13,9 +13,9 @@ from tqdm import tqdm   # the console bar: tqdm.auto would look for ipywidgets i
 from .config import C2Error, Config, DataConfig, load_config, repo_root
 
 # %% auto #0
-__all__ = ['SPECIAL_TOKENS', 'PAD_ID', 'EOS_ID', 'FORMAT', 'SPLITS', 'data_root', 'SourceFile', 'collect_code', 'collect_prose',
-           'internal_codebase', 'manifest', 'build_data', 'TokenizerFile', 'DataDir', 'open_data', 'random_batch',
-           'eval_windows']
+__all__ = ['SPECIAL_TOKENS', 'PAD_ID', 'EOS_ID', 'FORMAT', 'SPLITS', 'data_root', 'SourceFile', 'stdlib_dir', 'collect_code',
+           'collect_prose', 'internal_codebase', 'manifest', 'build_data', 'TokenizerFile', 'DataDir', 'open_data',
+           'random_batch', 'eval_windows']
 
 # %% ../nbs/01_data.ipynb #01c004
 SPECIAL_TOKENS = ["<|pad|>", "<|eos|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool_call|>", "<|/tool_call|>",
@@ -59,11 +59,16 @@ def _walk(root: Path, prefix: str) -> list[SourceFile]:
         out += [SourceFile(f"{prefix}/{(rel / n).as_posix()}", Path(dirpath) / n) for n in names if n.endswith(".py")]
     return out
 
+# %% ../nbs/01_data.ipynb #01c007-sd
+def stdlib_dir() -> Path:
+    "The standard library of the running interpreter (under `sys.base_prefix` for a venv): the code corpus, c2bench and `docs_search` read it."
+    return Path(sysconfig.get_paths()["stdlib"])
+
 # %% ../nbs/01_data.ipynb #01c007-4
 def _code(cfg: DataConfig) -> list[tuple[SourceFile, str]]:
     "Every corpus file with its text (files that are not UTF-8 are skipped), after the `max_files` subset."
     cfg, files = _dc(cfg), []
-    if cfg.stdlib: files += _walk(Path(sysconfig.get_paths()["stdlib"]), "stdlib")
+    if cfg.stdlib: files += _walk(stdlib_dir(), "stdlib")
     for pkg in cfg.packages:
         if pkg.split(".")[0] == "composer2":
             raise C2Error("data.packages: composer2 is the held-out internal codebase, not training data (remove it)")

@@ -4,22 +4,18 @@
 
 # %% ../nbs/20_docs.ipynb #docs-imp
 from __future__ import annotations
-import ast, math, re, sysconfig, threading, time
+import ast, math, re, threading, time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from .data import stdlib_dir
 
 # %% auto #0
-__all__ = ['SKIP_PARTS', 'stdlib_dir', 'doc_sources', 'DocEntry', 'doc_entries', 'doc_words', 'DocsIndex', 'docs_index',
-           'docs_search']
+__all__ = ['SKIP_PARTS', 'doc_sources', 'DocEntry', 'doc_entries', 'doc_words', 'DocsIndex', 'docs_index', 'docs_search']
 
 # %% ../nbs/20_docs.ipynb #docs-src
 SKIP_PARTS = {"test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip", "pydoc_data", "site-packages",
               "dist-packages", "__pycache__"}   # test suites, GUIs and vendored installers: no API a task needs
-
-def stdlib_dir() -> Path:
-    "This interpreter's standard library directory."
-    return Path(sysconfig.get_paths()["stdlib"])
 
 def doc_sources(root: Path | str | None = None) -> list[tuple[str, Path]]:
     "(module name, file) for every documented-API source file under `root` (the standard library), sorted."

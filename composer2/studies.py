@@ -8,7 +8,7 @@ import ast, hashlib, json, math, os, re
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np, yaml
-from .config import C2Error, atomic_write, repo_root
+from .config import C2Error, atomic_write, load_config, repo_root, to_yaml
 
 # %% auto #0
 __all__ = ['STUDIES', 'SCALES', 'RESERVED', 'RUN_PLACES', 'Study', 'studies_dir', 'results_root', 'jobs_dir', 'get_study',
@@ -178,7 +178,6 @@ def resolve_params(name: str, scale: str, overrides=()) -> dict:
                 raise C2Error(f"unknown parameter {k!r} for study {name} (parameters: {', '.join(sorted(out))})")
             else: out[k] = coerce_param(name, k, v, defaults[k])
     if takes_config:
-        from composer2.config import load_config
         load_config("smoke", overrides=config)   # unknown keys and bad values: a one-line ConfigError now, not in the kernel
         out["config"] = config
     return out
@@ -301,7 +300,6 @@ def config_key(cfg, sections=None, exclude=()) -> str:
     defaults, without the keys that only place a run (`RUN_PLACES`) and without `exclude` (dotted keys a run does not
     depend on). Two runs that agree on every setting get one key, whatever overrides produced them; a config field
     added later at its default leaves existing keys (and the runs cached under them) as they were."""
-    from composer2.config import to_yaml
     d, base = yaml.safe_load(to_yaml(cfg)), yaml.safe_load(to_yaml(type(cfg)()))
     out = {}
     for s, v in d.items():

@@ -4,7 +4,8 @@ every shipped task, and a rebuild from the same seed gives the shipped tasks byt
 mutations and the statistics are unit-tested in nbs/25_mutations and 26_c2bench."""
 import shutil, time
 import pytest
-from composer2.c2bench import build_c2bench, c2bench_manifest, c2bench_records, c2bench_suite, revalidate, spread_sample, stdlib_dir
+from composer2.c2bench import build_c2bench, c2bench_manifest, c2bench_records, c2bench_suite, revalidate, spread_sample
+from composer2.data import stdlib_dir
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
 needs_testsuite = pytest.mark.skipif(not (stdlib_dir() / "test" / "support" / "__init__.py").is_file(),
