@@ -65,6 +65,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                    'composer2.c2bench.record_to_task': ('c2bench.html#record_to_task', 'composer2/c2bench.py'),
                                    'composer2.c2bench.revalidate': ('c2bench.html#revalidate', 'composer2/c2bench.py'),
                                    'composer2.c2bench.run_task_files': ('c2bench.html#run_task_files', 'composer2/c2bench.py'),
+                                   'composer2.c2bench.skip_nondeterministic': ( 'c2bench.html#skip_nondeterministic',
+                                                                                'composer2/c2bench.py'),
                                    'composer2.c2bench.spread_sample': ('c2bench.html#spread_sample', 'composer2/c2bench.py'),
                                    'composer2.c2bench.stdlib_sources': ('c2bench.html#stdlib_sources', 'composer2/c2bench.py'),
                                    'composer2.c2bench.support_paths': ('c2bench.html#support_paths', 'composer2/c2bench.py'),

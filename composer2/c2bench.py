@@ -14,10 +14,11 @@ from .tasks import Task
 from .mutations import CATEGORIES, Mutation, candidate_mutations, live_functions
 
 # %% auto #0
-__all__ = ['MODULES', 'FORMAT', 'EVAL_FRACTION', 'REPORT_FIG7', 'module_test_cmd', 'stdlib_sources', 'support_paths',
-           'workspace_files', 'foreign_test_imports', 'failing_tests', 'run_task_files', 'vet_module', 'make_prompt',
-           'default_assets', 'diff_counts', 'module_splits', 'build_c2bench', 'c2bench_manifest', 'c2bench_records',
-           'record_to_task', 'c2bench_suite', 'spread_sample', 'revalidate', 'c2bench_stats']
+__all__ = ['MODULES', 'NONDETERMINISTIC', 'FORMAT', 'EVAL_FRACTION', 'REPORT_FIG7', 'module_test_cmd', 'stdlib_sources',
+           'support_paths', 'skip_nondeterministic', 'workspace_files', 'foreign_test_imports', 'failing_tests',
+           'run_task_files', 'vet_module', 'make_prompt', 'default_assets', 'diff_counts', 'module_splits',
+           'build_c2bench', 'c2bench_manifest', 'c2bench_records', 'record_to_task', 'c2bench_suite', 'spread_sample',
+           'revalidate', 'c2bench_stats']
 
 # %% ../nbs/27_c2bench.ipynb #16c015
 MODULES = ["base64", "cmd", "codeop", "colorsys", "csv", "filecmp", "fileinput", "fractions", "getopt", "getpass", "glob",
@@ -49,11 +50,31 @@ def support_paths(sources: dict[str, str]) -> list[str]:
     "The shared part of every workspace: `test/__init__.py` and the `test.support` package."
     return sorted(p for p in sources if p == "test/__init__.py" or p.startswith("test/support/"))
 
+# %% ../nbs/27_c2bench.ipynb #16c015-nd
+# upstream tests that fail now and then in the sandbox with nothing changed; every workspace skips them, saying why
+NONDETERMINISTIC = {"glob": {"SymlinkLoopGlobTests.test_selflink":
+    "nondeterministic in a sandbox under load: globbing a self-symlink loop misses one depth about 1 run in 80 "
+    "(four sandboxes on two cores), so it fails correct code"}}
+
+# %% ../nbs/27_c2bench.ipynb #16c015-sk
+def skip_nondeterministic(module: str, test_text: str) -> str:
+    "`test_text` with `@unittest.skip(reason)` above each of `module`'s `NONDETERMINISTIC` tests (a `C2Error` if one is gone)."
+    lines, todo = test_text.splitlines(keepends=True), dict(NONDETERMINISTIC.get(module, {}))
+    at = {}
+    for cls in ast.parse(test_text).body:
+        if not isinstance(cls, ast.ClassDef): continue
+        for fn in cls.body:
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and (why := todo.pop(f"{cls.name}.{fn.name}", None)):
+                first = min([fn.lineno] + [d.lineno for d in fn.decorator_list])   # above its other decorators
+                at[first - 1] = " " * fn.col_offset + f"@unittest.skip({why!r})\n"
+    if todo: raise C2Error(f"test_{module} has no test {next(iter(todo))} (NONDETERMINISTIC names one)")
+    return "".join(at.get(i, "") + line for i, line in enumerate(lines))
+
 # %% ../nbs/27_c2bench.ipynb #16c015-5
 def workspace_files(module: str, sources: dict[str, str], module_text: str | None = None) -> dict[str, str]:
     "The files of a task's repository; `module_text` replaces the module's source (the mutated one)."
     files = {p: sources[p] for p in support_paths(sources)}
-    files[f"test/test_{module}.py"] = sources[f"test/test_{module}.py"]
+    files[f"test/test_{module}.py"] = skip_nondeterministic(module, sources[f"test/test_{module}.py"])
     files[f"{module}.py"] = sources[f"{module}.py"] if module_text is None else module_text
     return files
 
@@ -324,6 +345,9 @@ def record_to_task(rec: dict, sources: dict[str, str], manifest: dict) -> Task:
     if _sha(mutated) != rec["mutated_sha256"] or m.id != rec["id"]: raise C2Error(f"c2bench task {rec['id']} does not rebuild from its record")
     meta = {k: rec[k] for k in ("module", "qualname", "category", "lineno", "lines_changed", "lines_added", "lines_removed",
                                 "hint", "n_failing", "failing_tests", "first_error")}
+    skipped = {f"test.test_{mod}.{t}" for t in NONDETERMINISTIC.get(mod, {})}   # the workspace skips them: not evidence
+    if not (kept := [t for t in rec["failing_tests"] if t not in skipped]): raise C2Error(f"c2bench task {rec['id']} breaks only skipped tests")
+    meta.update(failing_tests=kept, n_failing=rec["n_failing"] - (len(rec["failing_tests"]) - len(kept)))
     meta.update(kind=rec["category"], version=manifest["version"], python=manifest["python"]["version"],
                 mutation={"before": rec["before"], "after": rec["after"]})
     return Task(rec["id"], "c2bench", rec["split"], rec["prompt"], workspace_files(mod, sources, mutated),
@@ -363,7 +387,7 @@ def _revalidate_one(args) -> dict:
     bad = run_task_files(t.files, t.test_cmd, timeout, limits)
     good = run_task_files({**t.files, **t.solution}, t.test_cmd, timeout, limits)
     flaky = False
-    if not good.ok:   # a few upstream tests fail now and then (glob's test_selflink, ~1 run in 30 on two busy cores): once more
+    if not good.ok:   # once more: `flaky` finds upstream tests that belong in NONDETERMINISTIC
         again = run_task_files({**t.files, **t.solution}, t.test_cmd, timeout, limits)
         flaky, wall = again.ok, good.wall_s + again.wall_s
         good = again
