@@ -4,17 +4,17 @@
 
 # %% ../nbs/00_config.ipynb #00c003
 from __future__ import annotations
-import dataclasses, errno, glob, os
+import dataclasses, errno, glob, importlib, os
 from dataclasses import dataclass, field
 from pathlib import Path
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 # %% auto #0
-__all__ = ['EXPERT_BACKENDS', 'STAGES', 'LEVELS', 'SUITES', 'TASK_SPLITS', 'C2Error', 'ConfigError', 'Preempted', 'atomic_write',
-           'read_jsonl', 'opt', 'ModelConfig', 'DataConfig', 'TrainConfig', 'SampleConfig', 'PretrainConfig',
-           'SandboxConfig', 'TasksConfig', 'RewardConfig', 'RLConfig', 'Config', 'validate', 'repo_root', 'scales_dir',
-           'available_scales', 'load_config', 'to_yaml']
+__all__ = ['STAGES', 'LEVELS', 'SUITES', 'TASK_SPLITS', 'EXPERT_BACKENDS', 'C2Error', 'ConfigError', 'Preempted', 'atomic_write',
+           'read_jsonl', 'opt', 'register_expert_backend', 'expert_backend', 'ModelConfig', 'DataConfig', 'TrainConfig',
+           'SampleConfig', 'PretrainConfig', 'SandboxConfig', 'TasksConfig', 'RewardConfig', 'RLConfig', 'Config',
+           'validate', 'repo_root', 'scales_dir', 'available_scales', 'load_config', 'to_yaml']
 
 # %% ../nbs/00_config.ipynb #00c004
 class C2Error(Exception):
@@ -85,12 +85,30 @@ def opt(default, lo=None, hi=None, choices=None, doc=""):
     return field(default=default, metadata=meta)
 
 # %% ../nbs/00_config.ipynb #00c007
-EXPERT_BACKENDS = ["grouped_mm", "loop", "mxfp8", "nvfp4"]  # mxfp8, nvfp4: composer2.mx_gemm and composer2.nvfp4, imported on first use
 # the choice lists every layer and the CLI read from here
 STAGES = ["base", "cpt", "mtp", "long", "sft"]     # the pretraining pipeline (composer2.pretrain)
 LEVELS = ["small", "medium", "large"]              # compute levels of the cpt stage
 SUITES = ["synthetic", "long_horizon", "c2bench"]  # task suites (composer2.suites)
 TASK_SPLITS = ["train", "eval"]
+
+# %% ../nbs/00_config.ipynb #00c007-r1
+# name -> grouped GEMM, or (until it is imported) the module that registers it; `model.expert_backend` chooses from these
+EXPERT_BACKENDS: dict = {"grouped_mm": "composer2.model", "loop": "composer2.model",
+                         "mxfp8": "composer2.mx_gemm", "nvfp4": "composer2.nvfp4"}
+
+def register_expert_backend(name: str, fn):
+    "Make `fn(a, b, offs)` the grouped GEMM of `model.expert_backend=name` (the kernel modules call this when imported); returns `fn`."
+    EXPERT_BACKENDS[name] = fn
+    return fn
+
+def expert_backend(name: str):
+    "The grouped GEMM registered as `name`, importing the module that registers it on first use; `C2Error` for an unknown name."
+    fn = EXPERT_BACKENDS.get(name)
+    if fn is None: raise C2Error(f"unknown expert backend {name!r} (registered: {', '.join(EXPERT_BACKENDS)})")
+    if isinstance(fn, str):
+        importlib.import_module(fn)
+        if isinstance(EXPERT_BACKENDS[name], str): raise C2Error(f"importing {fn} did not register expert backend {name!r}")
+    return EXPERT_BACKENDS[name]
 
 # %% ../nbs/00_config.ipynb #00c007-1
 @dataclass

@@ -141,6 +141,130 @@ def _signal_name(code: int) -> str | None:
         except ValueError: return None
     return None
 
+# %% ../nbs/17_sandbox.ipynb #12c021-7a
+def _check_reachable(workspace: Path):
+    "Root only: every directory above `workspace` must let the sandbox user through (o+x, or owned by it); else a `C2Error`."
+    for d in [workspace, *workspace.parents][1:]:
+        st = d.stat()
+        if not (st.st_mode & 0o001 or st.st_uid == SANDBOX_UID):
+            raise C2Error(f"workspace {workspace} is not reachable by the sandbox user: {d} is not world-searchable "
+                          f"(make workspaces with make_workspace, or under a directory with o+x)")
+
+# %% ../nbs/17_sandbox.ipynb #12c021-7c
+def _bwrap_argv(workspace: Path, L: SandboxConfig, h: _Host) -> tuple[list[str], int, int | None]:
+    """The command line that runs a command in `workspace` under limits `L`, the command's argv to be appended; and the
+    indices of its two placeholders, the info fd and the seccomp fd (None without seccomp), filled in per run."""
+    py = sys.base_prefix
+    a = [*h.launcher, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+         "--uid", _INNER_ID, "--gid", _INNER_ID, "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
+    for d in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"]:   # merged-/usr links, or real dirs on older systems
+        if os.path.islink("/" + d): a += ["--symlink", os.readlink("/" + d), "/" + d]
+        elif os.path.isdir("/" + d): a += ["--ro-bind", "/" + d, "/" + d]
+    a += ["--ro-bind", str(h.dir / "etc"), "/etc"]
+    if os.path.isdir("/etc/alternatives"): a += ["--ro-bind", "/etc/alternatives", "/etc/alternatives"]
+    a += ["--ro-bind", h.python_src, py]
+    site = sysconfig.get_path("purelib", vars={"base": py, "platbase": py})
+    if site and os.path.isdir(site) and site.startswith(py + "/"): a += ["--ro-bind", str(h.dir / "empty"), site]
+    tmp = str(L.tmp_mb << 20)
+    if L.seccomp: a += ["--seccomp", "SECCOMP_FD"]
+    a += ["--proc", "/proc", "--dev", "/dev", "--size", tmp, "--tmpfs", "/dev/shm", "--size", tmp, "--tmpfs", "/tmp",
+          "--bind", str(workspace), SANDBOX_WS, "--chdir", SANDBOX_WS, "--remount-ro", "/dev", "--remount-ro", "/",
+          "--clearenv", "--setenv", "PATH", f"{py}/bin:/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", SANDBOX_WS,
+          "--setenv", "LANG", "C.UTF-8", "--setenv", "USER", "sandbox", "--setenv", "TMPDIR", "/tmp",
+          "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONNOUSERSITE", "1", "--as-pid-1", "--info-fd", "INFO_FD", "--"]
+    if h.dash:   # limits set by pid 1 itself: one exec less than prlimit (they must be set inside: see the intro)
+        a += [h.dash, "-c", _LIMITS.format(as_kb=L.memory_mb << 10, nproc=L.max_processes, fsize_blocks=L.file_size_mb << 11,
+                                            nofile=L.max_open_files, cpu=L.cpu_seconds, cpu_hard=L.cpu_seconds + 1) + _RUN, "sandbox"]
+    else:
+        a += [_need("prlimit"), f"--cpu={L.cpu_seconds}:{L.cpu_seconds + 1}", f"--as={L.memory_mb << 20}", f"--nproc={L.max_processes}",
+              f"--fsize={L.file_size_mb << 20}", f"--nofile={L.max_open_files}", "--core=0", "--", "/bin/sh", "-c", _RUN, "sandbox"]
+    return a, a.index("INFO_FD"), a.index("SECCOMP_FD") if L.seccomp else None
+
+# %% ../nbs/17_sandbox.ipynb #12c021-7e
+def _stdin_fd(data: bytes | None) -> int:
+    "A read end holding `data` for a command's stdin: /dev/null for None, a pipe when it fits one, else a memfd."
+    if data is None: return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    if len(data) <= STDIN_PIPE_BYTES:   # a pipe: once the command has read it, nothing else in the sandbox can
+        r, w = os.pipe2(os.O_CLOEXEC)
+        try:   # written whole before the start, so it must fit the pipe's buffer (else: a memfd)
+            if fcntl.fcntl(w, fcntl.F_GETPIPE_SZ) >= len(data) or fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, len(data)) >= len(data):
+                _write_all(w, data); os.close(w)
+                return r
+        except OSError: pass
+        os.close(r); os.close(w)
+    fd = os.memfd_create("c2-stdin", os.MFD_CLOEXEC)
+    _write_all(fd, data); os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+# %% ../nbs/17_sandbox.ipynb #12c021-7g
+def _kill(pid: int, init_fd: int | None, monitor: bool = False):
+    "SIGKILL the sandbox's pid 1 (the kernel then kills its whole pid namespace; bwrap's monitor reaps it and exits)."
+    if init_fd is not None:
+        try: signal.pidfd_send_signal(init_fd, signal.SIGKILL)
+        except ProcessLookupError: pass
+    if init_fd is None or monitor:                   # pid 1 unknown yet: kill the monitor, --die-with-parent does the rest
+        try: os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError: pass
+
+# %% ../nbs/17_sandbox.ipynb #12c021-7h
+def _watch(proc, out_r: int, err_r: int, info_r: int, t0: float, timeout: float, limits: SandboxConfig, cgroups=()) -> RunResult:
+    """Wait for the started sandbox `proc`, capturing its two output pipes and reading the info pipe (the pid of its
+    pid 1); kill it on `timeout` or past OUTPUT_KILL_BYTES; its `RunResult` once nothing it started is alive."""
+    pid = proc.pid
+    cap = 4 * limits.max_output                 # bytes kept per end: enough for max_output characters
+    caps = {out_r: _Capture(cap), err_r: _Capture(cap)}
+    mon_fd, init_fd, info = os.pidfd_open(pid), None, b""
+    sel = selectors.EpollSelector()
+    for fd in (out_r, err_r, info_r): os.set_blocking(fd, False); sel.register(fd, selectors.EVENT_READ)
+    sel.register(mon_fd, selectors.EVENT_READ)
+    open_fds, exited, killed_by, deadline, done = {out_r, err_r, info_r}, False, None, t0 + timeout, False
+    try:
+        while open_fds or not exited:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if killed_by is None:                  # first expiry: the timeout; then 5 s to drain
+                    killed_by = "timeout"; _kill(pid, init_fd); deadline = time.monotonic() + 5; continue
+                break
+            for key, _ in sel.select(left):
+                fd = key.fd
+                if fd == mon_fd: exited = True; sel.unregister(fd); continue
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    sel.unregister(fd); open_fds.discard(fd)
+                    if fd == info_r and info:
+                        try: init_fd = os.pidfd_open(json.loads(info)["child-pid"])
+                        except (ValueError, KeyError, ProcessLookupError): pass
+                    continue
+                if fd == info_r: info += data; continue
+                caps[fd].add(data)
+                if caps[fd].n > OUTPUT_KILL_BYTES and killed_by is None:
+                    killed_by = "output"; _kill(pid, init_fd); deadline = time.monotonic() + 5
+        if not exited: _kill(pid, init_fd, monitor=True)
+        _, status, ru = os.wait4(pid, 0)             # wait4, not Popen.wait: we want the rusage
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        # the monitor reaps pid 1, and pid 1 exits only after the kernel killed its namespace; if the monitor
+        # itself was killed, pid 1 dies of --die-with-parent: either way wait until it is gone
+        for _ in range(15):                          # bounded: a process stuck in the kernel cannot be helped
+            if init_fd is None or _readable(init_fd, 2.0): break
+            _kill(pid, init_fd)
+        done = True
+    finally:
+        if not done:                                 # interrupted (KeyboardInterrupt...): leave nothing running
+            _kill(pid, init_fd, monitor=True)
+            try: os.waitpid(pid, 0); proc.returncode = -9
+            except ChildProcessError: pass
+        sel.close(); os.close(mon_fd)
+        if init_fd is not None: os.close(init_fd)
+    wall = time.monotonic() - t0
+    rc = proc.returncode
+    stdout, t1 = caps[out_r].text(limits.max_output)
+    stderr, t2 = caps[err_r].text(limits.max_output)
+    if killed_by is None:
+        killed_by = _signal_name(rc)
+        if killed_by is None and rc != 0 and any(m in stderr for m in _MEMORY_MARKERS): killed_by = "memory"
+    if _oom_kills(cgroups) and killed_by in (None, "SIGKILL"): killed_by = "memory"   # the cgroup's OOM killer struck
+    return RunResult(rc, stdout, stderr, killed_by == "timeout", killed_by, wall, ru.ru_utime + ru.ru_stime, t1 or t2)
+
 # %% ../nbs/17_sandbox.ipynb #12c021-8
 class Sandbox:
     "Runs commands in `workspace` (read-write at /workspace, the cwd) under bubblewrap with `limits`; see `run`."
@@ -149,58 +273,8 @@ class Sandbox:
         if not self.workspace.is_dir(): raise C2Error(f"workspace {workspace} is not a directory")
         self.limits = limits or SandboxConfig()
         self.host = _host()
-        if _AS_ROOT: self._check_reachable()
-        self._argv = self._build_argv()
-
-    def _check_reachable(self):
-        for d in [self.workspace, *self.workspace.parents][1:]:
-            st = d.stat()
-            if not (st.st_mode & 0o001 or st.st_uid == SANDBOX_UID):
-                raise C2Error(f"workspace {self.workspace} is not reachable by the sandbox user: {d} is not world-searchable "
-                              f"(make workspaces with make_workspace, or under a directory with o+x)")
-
-    def _build_argv(self) -> list[str]:
-        L, h, py = self.limits, self.host, sys.base_prefix
-        a = [*h.launcher, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-             "--uid", _INNER_ID, "--gid", _INNER_ID, "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
-        for d in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"]:   # merged-/usr links, or real dirs on older systems
-            if os.path.islink("/" + d): a += ["--symlink", os.readlink("/" + d), "/" + d]
-            elif os.path.isdir("/" + d): a += ["--ro-bind", "/" + d, "/" + d]
-        a += ["--ro-bind", str(h.dir / "etc"), "/etc"]
-        if os.path.isdir("/etc/alternatives"): a += ["--ro-bind", "/etc/alternatives", "/etc/alternatives"]
-        a += ["--ro-bind", h.python_src, py]
-        site = sysconfig.get_path("purelib", vars={"base": py, "platbase": py})
-        if site and os.path.isdir(site) and site.startswith(py + "/"): a += ["--ro-bind", str(h.dir / "empty"), site]
-        tmp = str(L.tmp_mb << 20)
-        if L.seccomp: a += ["--seccomp", "SECCOMP_FD"]
-        a += ["--proc", "/proc", "--dev", "/dev", "--size", tmp, "--tmpfs", "/dev/shm", "--size", tmp, "--tmpfs", "/tmp",
-              "--bind", str(self.workspace), SANDBOX_WS, "--chdir", SANDBOX_WS, "--remount-ro", "/dev", "--remount-ro", "/",
-              "--clearenv", "--setenv", "PATH", f"{py}/bin:/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", SANDBOX_WS,
-              "--setenv", "LANG", "C.UTF-8", "--setenv", "USER", "sandbox", "--setenv", "TMPDIR", "/tmp",
-              "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONNOUSERSITE", "1", "--as-pid-1", "--info-fd", "INFO_FD", "--"]
-        if h.dash:   # limits set by pid 1 itself: one exec less than prlimit (they must be set inside: see the intro)
-            a += [h.dash, "-c", _LIMITS.format(as_kb=L.memory_mb << 10, nproc=L.max_processes, fsize_blocks=L.file_size_mb << 11,
-                                                nofile=L.max_open_files, cpu=L.cpu_seconds, cpu_hard=L.cpu_seconds + 1) + _RUN, "sandbox"]
-        else:
-            a += [_need("prlimit"), f"--cpu={L.cpu_seconds}:{L.cpu_seconds + 1}", f"--as={L.memory_mb << 20}", f"--nproc={L.max_processes}",
-                  f"--fsize={L.file_size_mb << 20}", f"--nofile={L.max_open_files}", "--core=0", "--", "/bin/sh", "-c", _RUN, "sandbox"]
-        self._info_at = a.index("INFO_FD")
-        self._seccomp_at = a.index("SECCOMP_FD") if L.seccomp else None
-        return a
-
-    def _stdin_fd(self, data: bytes | None) -> int:
-        if data is None: return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        if len(data) <= STDIN_PIPE_BYTES:   # a pipe: once the command has read it, nothing else in the sandbox can
-            r, w = os.pipe2(os.O_CLOEXEC)
-            try:   # written whole before the start, so it must fit the pipe's buffer (else: a memfd)
-                if fcntl.fcntl(w, fcntl.F_GETPIPE_SZ) >= len(data) or fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, len(data)) >= len(data):
-                    _write_all(w, data); os.close(w)
-                    return r
-            except OSError: pass
-            os.close(r); os.close(w)
-        fd = os.memfd_create("c2-stdin", os.MFD_CLOEXEC)
-        _write_all(fd, data); os.lseek(fd, 0, os.SEEK_SET)
-        return fd
+        if _AS_ROOT: _check_reachable(self.workspace)
+        self._argv, self._info_at, self._seccomp_at = _bwrap_argv(self.workspace, self.limits, self.host)
 
     def run(self, cmd: str | Sequence[str], timeout: float | None = None, stdin: str | bytes | None = None) -> RunResult:
         """Run `cmd` (a str runs under `bash -c`) and return its `RunResult`; when this returns, nothing it started is alive.
@@ -212,11 +286,11 @@ class Sandbox:
         if not timeout > 0: raise C2Error(f"timeout must be > 0 seconds, got {timeout}")
         if not self.workspace.is_dir(): raise C2Error(f"workspace {self.workspace} no longer exists")
         if not self.host.alive() or self.host.pid != os.getpid():   # host state gone, or we were forked: start afresh
-            self.host = _host(); self._argv = self._build_argv()
+            self.host = _host(); self._argv, self._info_at, self._seccomp_at = _bwrap_argv(self.workspace, self.limits, self.host)
         give_to_sandbox(self.workspace)                   # files written by host-side tools since the last run
         fds = {}
         try:
-            fds["in"] = self._stdin_fd(data)
+            fds["in"] = _stdin_fd(data)
             (fds["out_r"], fds["out_w"]), (fds["err_r"], fds["err_w"]), (fds["info_r"], fds["info_w"]) = os.pipe(), os.pipe(), os.pipe()
             argv = self._argv + list(cmd)
             argv[self._info_at] = str(fds["info_w"])
@@ -241,78 +315,12 @@ class Sandbox:
             raise
         for k in ("in", "out_w", "err_w", "info_w", "sc_r"):
             if k in fds: os.close(fds.pop(k))
-        try: return self._watch(proc, fds["out_r"], fds["err_r"], fds["info_r"], t0, timeout, cgroups)
+        try: return _watch(proc, fds["out_r"], fds["err_r"], fds["info_r"], t0, timeout, self.limits, cgroups)
         finally:
             for fd in fds.values():
                 try: os.close(fd)
                 except OSError: pass
             for d in cgroups: _rmdir_cgroup(d)
-
-    def _watch(self, proc, out_r, err_r, info_r, t0, timeout, cgroups=()) -> RunResult:
-        pid = proc.pid
-        cap = 4 * self.limits.max_output                 # bytes kept per end: enough for max_output characters
-        caps = {out_r: _Capture(cap), err_r: _Capture(cap)}
-        mon_fd, init_fd, info = os.pidfd_open(pid), None, b""
-        sel = selectors.EpollSelector()
-        for fd in (out_r, err_r, info_r): os.set_blocking(fd, False); sel.register(fd, selectors.EVENT_READ)
-        sel.register(mon_fd, selectors.EVENT_READ)
-        open_fds, exited, killed_by, deadline, done = {out_r, err_r, info_r}, False, None, t0 + timeout, False
-        try:
-            while open_fds or not exited:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    if killed_by is None:                  # first expiry: the timeout; then 5 s to drain
-                        killed_by = "timeout"; self._kill(pid, init_fd); deadline = time.monotonic() + 5; continue
-                    break
-                for key, _ in sel.select(left):
-                    fd = key.fd
-                    if fd == mon_fd: exited = True; sel.unregister(fd); continue
-                    data = os.read(fd, 1 << 16)
-                    if not data:
-                        sel.unregister(fd); open_fds.discard(fd)
-                        if fd == info_r and info:
-                            try: init_fd = os.pidfd_open(json.loads(info)["child-pid"])
-                            except (ValueError, KeyError, ProcessLookupError): pass
-                        continue
-                    if fd == info_r: info += data; continue
-                    caps[fd].add(data)
-                    if caps[fd].n > OUTPUT_KILL_BYTES and killed_by is None:
-                        killed_by = "output"; self._kill(pid, init_fd); deadline = time.monotonic() + 5
-            if not exited: self._kill(pid, init_fd, monitor=True)
-            _, status, ru = os.wait4(pid, 0)             # wait4, not Popen.wait: we want the rusage
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            # the monitor reaps pid 1, and pid 1 exits only after the kernel killed its namespace; if the monitor
-            # itself was killed, pid 1 dies of --die-with-parent: either way wait until it is gone
-            for _ in range(15):                          # bounded: a process stuck in the kernel cannot be helped
-                if init_fd is None or _readable(init_fd, 2.0): break
-                self._kill(pid, init_fd)
-            done = True
-        finally:
-            if not done:                                 # interrupted (KeyboardInterrupt...): leave nothing running
-                self._kill(pid, init_fd, monitor=True)
-                try: os.waitpid(pid, 0); proc.returncode = -9
-                except ChildProcessError: pass
-            sel.close(); os.close(mon_fd)
-            if init_fd is not None: os.close(init_fd)
-        wall = time.monotonic() - t0
-        rc = proc.returncode
-        stdout, t1 = caps[out_r].text(self.limits.max_output)
-        stderr, t2 = caps[err_r].text(self.limits.max_output)
-        if killed_by is None:
-            killed_by = _signal_name(rc)
-            if killed_by is None and rc != 0 and any(m in stderr for m in _MEMORY_MARKERS): killed_by = "memory"
-        if _oom_kills(cgroups) and killed_by in (None, "SIGKILL"): killed_by = "memory"   # the cgroup's OOM killer struck
-        return RunResult(rc, stdout, stderr, killed_by == "timeout", killed_by, wall, ru.ru_utime + ru.ru_stime, t1 or t2)
-
-    @staticmethod
-    def _kill(pid, init_fd, monitor=False):
-        "SIGKILL the sandbox's pid 1 (the kernel then kills its whole pid namespace; bwrap's monitor reaps it and exits)."
-        if init_fd is not None:
-            try: signal.pidfd_send_signal(init_fd, signal.SIGKILL)
-            except ProcessLookupError: pass
-        if init_fd is None or monitor:                   # pid 1 unknown yet: kill the monitor, --die-with-parent does the rest
-            try: os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError: pass
 
     def __repr__(self): return f"Sandbox({str(self.workspace)!r})"
 
