@@ -209,22 +209,16 @@ def _ray_init(cfg: Config) -> bool:
                                                   "window: run fewer Ray jobs at once)")
                 raise C2Error(f"cannot start or reach {where}: {str(e).splitlines()[0][:200]}{busy}") from None
 
-# %% ../nbs/34_async_rl.ipynb #15c032
-def run_rl(cfg: Config, progress: bool = True) -> dict:
-    "Run (or resume, or skip if done) the RL run of `cfg`; return its summary."
-    import ray
-    from tqdm import tqdm
+# %% ../nbs/34_async_rl.ipynb #15c031-4
+def _prepare_run(cfg: Config, out: Path) -> dict:
+    """Everything a run starts from: data, prompt pool and its tasks, eval tasks, initial weights, and the checkpoint to
+    resume (its step `start`); writes config.yaml and cuts the logs back to `start` (a `C2Error` for another run's checkpoint)."""
     from composer2.data import open_data
     from composer2.suites import load_suite
-    r = cfg.rl
-    out = run_dir(cfg)
-    if (out / "done.json").exists(): return {**json.loads((out / "done.json").read_text()), "skipped": True}
     data = open_data(cfg)
     train, evals = load_suite(cfg, "train"), load_suite(cfg, "eval")
     pool = prompt_pool(cfg, [t.id for t in train])
     in_pool = set(pool)
-    pool_tasks = [t for t in train if t.id in in_pool]
-    eval_tasks = evals[: r.eval_prompts or len(evals)]
     model_cfg, init_state, source = initial_weights(cfg, data)
     out.mkdir(parents=True, exist_ok=True)
     ck = load_rl_checkpoint(out / "checkpoint.pt")
@@ -234,58 +228,127 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
     atomic_write(out / "config.yaml", to_yaml(cfg))
     for f in ["ledger.jsonl", "eval.jsonl"]: _cut_jsonl(out / f, start)
     for f in ["metrics.csv", "eval.csv"]: _cut_csv(out / f, start)
+    return dict(data=data, pool=pool, pool_tasks=[t for t in train if t.id in in_pool], eval_tasks=evals[: cfg.rl.eval_prompts or len(evals)],
+                model_cfg=model_cfg, init_state=init_state, source=source, ck=ck, start=start)
+
+# %% ../nbs/34_async_rl.ipynb #15c031-5
+def _start_actors(cfg: Config, run: dict) -> tuple:
+    """The Ray actors of a run: (reconciler, trainer, rollout workers, evaluator), restored from `run['ck']` when resuming;
+    on a GPU machine they share the GPU(s) Ray sees. A `C2Error` when Ray has too few CPUs."""
+    import ray
+    r, ck, start = cfg.rl, run["ck"], run["start"]
+    cpus = ray.cluster_resources().get("CPU", 0)
+    if cpus < 1 + r.rollout_workers:
+        raise C2Error(f"Ray has {cpus:g} CPUs but the trainer and {r.rollout_workers} rollout worker(s) need one each: "
+                      f"raise rl.num_cpus or lower rl.rollout_workers")
     k = r.max_staleness if r.mode == "async" else 0
+    buckets = {t.id: str(t.meta.get("kind", "")) for t in run["pool_tasks"]}
+    rec = ray.remote(num_cpus=0)(Reconciler).remote(run["pool"], r.prompts_per_step, k, r.seed, r.difficulty_upsampling, buckets)
+    if ck: ray.get(rec.load_state_dict.remote(ck["reconciler"]))
+    gpus = ray.cluster_resources().get("GPU", 0) if cfg.train.device != "cpu" else 0
+    g_tr, g_w, g_ev = (0.5, 0.4 / r.rollout_workers, 0.1) if gpus else (0, 0, 0)
+    trainer = ray.remote(num_cpus=1, num_gpus=g_tr)(TrainerImpl).remote(cfg, run["model_cfg"], run["init_state"],
+                                                                      dict(model=ck["model"], opt=ck["opt"]) if ck else None)
+    weights = trainer.weights.remote()
+    Worker = ray.remote(num_cpus=1, num_gpus=g_w, max_concurrency=4)(RolloutWorkerImpl)
+    workers = [Worker.remote(cfg, i, run["model_cfg"], weights, start, run["pool_tasks"]) for i in range(r.rollout_workers)]
+    evaluator = ray.remote(num_cpus=0, num_gpus=g_ev)(RolloutWorkerImpl).remote(cfg, -1, run["model_cfg"], weights, start,
+                                                                               run["eval_tasks"], seed=1)
+    return rec, trainer, workers, evaluator
+
+# %% ../nbs/34_async_rl.ipynb #15c031-6
+class _Evals:
+    """Held-out evaluations on their own actor, one after another, each on a snapshot of the weights: the driver submits
+    them and does not wait (except for the last); each is written to eval.csv / eval.jsonl when it is ready."""
+    def __init__(self, evaluator, out: Path, task_ids: list[str], k: int):
+        self.evaluator, self.out, self.ids, self.k = evaluator, out, task_ids, k
+        self.log, self.pending, self.done = _Log(out / "eval.csv", out / "tb"), [], []
+
+    def steps_logged(self) -> list[int]:
+        "Steps whose evaluation eval.jsonl holds (from an earlier attempt of the run too)."
+        p = self.out / "eval.jsonl"
+        return [json.loads(l)["step"] for l in p.read_text().splitlines() if l.strip()] if p.exists() else []
+
+    def submit(self, step: int, weights):
+        "Evaluate `weights` (an object ref) as of `step`."
+        self.pending.append((step, self.evaluator.evaluate.remote(weights, step, self.ids, self.k)))
+
+    def collect(self, wait: bool = False):
+        "Write every finished evaluation, in order (with `wait`: all of them)."
+        import ray
+        while self.pending and (wait or ray.wait([self.pending[0][1]], timeout=0)[1] == []):
+            step, ref = self.pending.pop(0)
+            res, secs = _ray_get(ref)
+            row = dict(step=step, **summarize_eval(res, self.k), seconds=secs, errors=sum(x["errors"] for x in res))
+            self.log.write(row, "eval")
+            with (self.out / "eval.jsonl").open("a") as f: f.write(json.dumps(dict(step=step, tasks=res)) + "\n")
+            self.done.append(row)
+
+# %% ../nbs/34_async_rl.ipynb #15c031-7
+def _ledger_lines(step: int, groups: list) -> str:
+    "ledger.jsonl lines of one step: per group its prompt, the policy versions that sampled it, worker, rewards, solved, turns."
+    out = []
+    for g in groups:
+        vs = [v for ro in g.rollouts for v in ro.versions]
+        out.append(json.dumps(dict(step=step, prompt_id=g.prompt_id, start_version=g.start_version,
+                                   min_version=min(vs, default=g.start_version), max_version=max(vs, default=g.start_version),
+                                   worker=g.worker, rewards=[ro.reward for ro in g.rollouts],
+                                   solved=[ro.solved for ro in g.rollouts], turns=[ro.turns for ro in g.rollouts])) + "\n")
+    return "".join(out)
+
+# %% ../nbs/34_async_rl.ipynb #15c031-8
+def _step_row(step: int, groups: list, m: dict, timing: dict, stats: list[dict], prev: list[dict]) -> dict:
+    """One metrics.csv row: the rollouts' reward (term by term), solve rate and turns; the trainer's metrics `m` (its
+    staleness histogram popped); `timing` (wall_s, step_s, wait_s, busy_trainer) and the rollout workers' rates from
+    their cumulative `stats` against those of the previous step, `prev`."""
+    ros = [ro for g in groups for ro in g.rollouts]
+    dt = timing["step_s"]
+    row = dict(step=step, version=step + 1, wall_s=timing["wall_s"], step_s=dt, wait_s=timing["wait_s"],
+               reward=float(np.mean([ro.reward for ro in ros])), solved=float(np.mean([ro.solved for ro in ros])),
+               turns=float(np.mean([ro.turns for ro in ros])), summaries=float(np.mean([ro.n_summaries for ro in ros])),
+               truncated=float(np.mean([ro.truncated for ro in ros])))
+    for term in sorted({t for ro in ros for t in ro.terms}):
+        if term != "total": row[f"reward_{term}"] = float(np.mean([ro.terms.get(term, 0.0) for ro in ros]))
+    hist = m.pop("staleness")
+    row.update({f"stale_{i}": n for i, n in enumerate(hist[:-1])}, stale_older=hist[-1],
+               max_staleness=max((i for i, n in enumerate(hist) if n), default=0))
+    row.update({kk: v for kk, v in m.items() if isinstance(v, (int, float))})
+    row["delta_ratio"] = m["delta_bytes"] / max(m["full_bytes"], 1)
+    row["rollout_tokens_per_s"] = sum(s["sampled_tokens"] - p["sampled_tokens"] for s, p in zip(stats, prev)) / dt
+    row["train_tokens_per_s"] = m["train_tokens"] / max(m["train_seconds"], 1e-9)
+    row["busy_trainer"] = timing["busy_trainer"]
+    for i, (s, p) in enumerate(zip(stats, prev)):
+        row[f"busy_worker{i}"] = (s["busy_s"] - p["busy_s"]) / dt
+    row["decode_rows"] = float(np.mean([s["decode_rows"] for s in stats]))
+    row["episode_errors"] = sum(s["errors"] for s in stats)
+    return row
+
+# %% ../nbs/34_async_rl.ipynb #15c032
+def run_rl(cfg: Config, progress: bool = True) -> dict:
+    "Run (or resume, or skip if done) the RL run of `cfg`; return its summary."
+    import ray
+    from tqdm import tqdm
+    r, out = cfg.rl, run_dir(cfg)
+    if (out / "done.json").exists(): return {**json.loads((out / "done.json").read_text()), "skipped": True}
+    run = _prepare_run(cfg, out)
+    start, pool, model_cfg = run["start"], run["pool"], run["model_cfg"]
     preempted = threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGUSR2): signal.signal(sig, lambda *_: preempted.set())
     started = _ray_init(cfg)
     workers, bar = [], None
     try:
-        cpus = ray.cluster_resources().get("CPU", 0)
-        if cpus < 1 + r.rollout_workers:
-            raise C2Error(f"Ray has {cpus:g} CPUs but the trainer and {r.rollout_workers} rollout worker(s) need one each: "
-                          f"raise rl.num_cpus or lower rl.rollout_workers")
-        buckets = {t.id: str(t.meta.get("kind", "")) for t in pool_tasks}
-        rec = ray.remote(num_cpus=0)(Reconciler).remote(pool, r.prompts_per_step, k, r.seed, r.difficulty_upsampling, buckets)
-        if ck: ray.get(rec.load_state_dict.remote(ck["reconciler"]))
-        # on a GPU machine the trainer, the workers and the evaluator share the GPU(s) Ray sees
-        gpus = ray.cluster_resources().get("GPU", 0) if cfg.train.device != "cpu" else 0
-        g_tr, g_w, g_ev = (0.5, 0.4 / r.rollout_workers, 0.1) if gpus else (0, 0, 0)
-        trainer = ray.remote(num_cpus=1, num_gpus=g_tr)(TrainerImpl).remote(cfg, model_cfg, init_state,
-                                                                          dict(model=ck["model"], opt=ck["opt"]) if ck else None)
-        weights = trainer.weights.remote()
-        Worker = ray.remote(num_cpus=1, num_gpus=g_w, max_concurrency=4)(RolloutWorkerImpl)
-        workers = [Worker.remote(cfg, i, model_cfg, weights, start, pool_tasks) for i in range(r.rollout_workers)]
-        evaluator = ray.remote(num_cpus=0, num_gpus=g_ev)(RolloutWorkerImpl).remote(cfg, -1, model_cfg, weights, start, eval_tasks, seed=1)
-        log, elog = _Log(out / "metrics.csv", out / "tb"), _Log(out / "eval.csv", out / "tb")
-        eval_ids = [t.id for t in eval_tasks]
-
-        # evaluations run on their own actor, one after another, each on a snapshot of the weights; the driver
-        # does not wait for them (except for the last), it writes each one when it is ready
-        pending_evals, evals_run = [], []
-        def submit_eval(step, weights=None):
-            weights = trainer.weights.remote() if weights is None else weights
-            pending_evals.append((step, evaluator.evaluate.remote(weights, step, eval_ids, r.eval_k)))
-        def collect_evals(wait: bool = False):
-            while pending_evals and (wait or ray.wait([pending_evals[0][1]], timeout=0)[1] == []):
-                step, ref = pending_evals.pop(0)
-                res, secs = _ray_get(ref)
-                row = dict(step=step, **summarize_eval(res, r.eval_k), seconds=secs, errors=sum(x["errors"] for x in res))
-                elog.write(row, "eval")
-                with (out / "eval.jsonl").open("a") as f: f.write(json.dumps(dict(step=step, tasks=res)) + "\n")
-                evals_run.append(row)
-
-        ev_done = [json.loads(l)["step"] for l in (out / "eval.jsonl").read_text().splitlines() if l.strip()] if (out / "eval.jsonl").exists() else []
-        if start > 0 and 0 not in ev_done: submit_eval(0, ray.put(init_state))   # stopped before the first evaluation came back
-        if start % r.eval_every == 0 and start < r.steps: submit_eval(start)
+        rec, trainer, workers, evaluator = _start_actors(cfg, run)
+        log, evals = _Log(out / "metrics.csv", out / "tb"), _Evals(evaluator, out, [t.id for t in run["eval_tasks"]], r.eval_k)
+        if start > 0 and 0 not in evals.steps_logged(): evals.submit(0, ray.put(run["init_state"]))   # stopped before it came back
+        if start % r.eval_every == 0 and start < r.steps: evals.submit(start, trainer.weights.remote())
         runs = [w.run.remote(rec) for w in workers]
         bar = tqdm(total=r.steps, initial=start, desc=f"rl {r.mode}", disable=not progress, dynamic_ncols=True)
         t_begin = t_prev = time.perf_counter()
-        prev = [_ray_get(w.stats.remote()) for w in workers]
-        prev_tr = 0.0
+        prev, prev_tr = [_ray_get(w.stats.remote()) for w in workers], 0.0
         for step in range(start, r.steps):
-            if step != start and step % r.eval_every == 0: submit_eval(step)
-            collect_evals()
+            if step != start and step % r.eval_every == 0: evals.submit(step, trainer.weights.remote())
+            evals.collect()
             t_wait = time.perf_counter()
             while (groups := _ray_get(rec.batch.remote(step))) is None:
                 done, _ = ray.wait(runs, timeout=0.02)
@@ -295,43 +358,18 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
             m = _ray_get(m_ref)
             for w in workers: w.push_weights.remote(d_ref, step + 1)
             _ray_get(rec.commit.remote(step, groups))
-            with (out / "ledger.jsonl").open("a") as f:
-                for g in groups:
-                    vs = [v for ro in g.rollouts for v in ro.versions]
-                    f.write(json.dumps(dict(step=step, prompt_id=g.prompt_id, start_version=g.start_version,
-                                            min_version=min(vs, default=g.start_version), max_version=max(vs, default=g.start_version),
-                                            worker=g.worker, rewards=[ro.reward for ro in g.rollouts],
-                                            solved=[ro.solved for ro in g.rollouts], turns=[ro.turns for ro in g.rollouts])) + "\n")
-            now = time.perf_counter()
-            stats = [_ray_get(w.stats.remote()) for w in workers]
-            tr_busy = _ray_get(trainer.busy.remote())
+            with (out / "ledger.jsonl").open("a") as f: f.write(_ledger_lines(step, groups))
+            now, stats, tr_busy = time.perf_counter(), [_ray_get(w.stats.remote()) for w in workers], _ray_get(trainer.busy.remote())
             dt = max(now - t_prev, 1e-9)
-            ros = [ro for g in groups for ro in g.rollouts]
-            row = dict(step=step, version=step + 1, wall_s=now - t_begin, step_s=dt, wait_s=wait_s,
-                       reward=float(np.mean([ro.reward for ro in ros])), solved=float(np.mean([ro.solved for ro in ros])),
-                       turns=float(np.mean([ro.turns for ro in ros])), summaries=float(np.mean([ro.n_summaries for ro in ros])),
-                       truncated=float(np.mean([ro.truncated for ro in ros])))
-            for term in sorted({t for ro in ros for t in ro.terms}):
-                if term != "total": row[f"reward_{term}"] = float(np.mean([ro.terms.get(term, 0.0) for ro in ros]))
-            hist = m.pop("staleness")
-            row.update({f"stale_{i}": n for i, n in enumerate(hist[:-1])}, stale_older=hist[-1],
-                       max_staleness=max((i for i, n in enumerate(hist) if n), default=0))
-            row.update({kk: v for kk, v in m.items() if isinstance(v, (int, float))})
-            row["delta_ratio"] = m["delta_bytes"] / max(m["full_bytes"], 1)
-            row["rollout_tokens_per_s"] = sum(s["sampled_tokens"] - p["sampled_tokens"] for s, p in zip(stats, prev)) / dt
-            row["train_tokens_per_s"] = m["train_tokens"] / max(m["train_seconds"], 1e-9)
-            row["busy_trainer"] = (tr_busy - prev_tr) / dt
-            for i, (s, p) in enumerate(zip(stats, prev)):
-                row[f"busy_worker{i}"] = (s["busy_s"] - p["busy_s"]) / dt
-            row["decode_rows"] = float(np.mean([s["decode_rows"] for s in stats]))
-            row["episode_errors"] = sum(s["errors"] for s in stats)
+            row = _step_row(step, groups, m, dict(wall_s=now - t_begin, step_s=dt, wait_s=wait_s, busy_trainer=(tr_busy - prev_tr) / dt),
+                            stats, prev)
             c = _ray_get(rec.counts.remote())
             row.update(requeued=c["requeued"], in_flight=c["in_flight"], ready=c["ready"])
             log.write(row)
             prev, prev_tr, t_prev = stats, tr_busy, now
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward']:.3f}", stale=row["max_staleness"], tok_s=f"{row['rollout_tokens_per_s']:.0f}",
-                            pass1=f"{evals_run[-1]['pass_at_1']:.2f}" if evals_run else "-")
+                            pass1=f"{evals.done[-1]['pass_at_1']:.2f}" if evals.done else "-")
             if (step + 1) % r.ckpt_every == 0 or step + 1 == r.steps or preempted.is_set():
                 save_rl_checkpoint(out / "checkpoint.pt", dict(version=step + 1, pool=pool, reconciler=_ray_get(rec.state_dict.remote()),
                                                                model_cfg=model_cfg, config=to_yaml(cfg), **_ray_get(trainer.checkpoint.remote())))
@@ -339,19 +377,18 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
                 raise Preempted(f"RL run preempted after step {step}: checkpoint saved; rerun the same command to resume")
         bar.close()
         for w in workers: w.stop.remote()
-        for run in runs: _ray_get(run)
+        for run_ref in runs: _ray_get(run_ref)
         t_final = time.perf_counter()
-        submit_eval(r.steps)
-        collect_evals(wait=True)
+        evals.submit(r.steps, trainer.weights.remote())
+        evals.collect(wait=True)
         final_wait_s = time.perf_counter() - t_final
-        final_eval = evals_run[-1]
         from composer2.train import save_checkpoint
         policy = build_policy(model_cfg, _ray_get(trainer.weights.remote()), cfg)
-        save_checkpoint(out / "final.pt", policy, cfg, step=r.steps, data_key=data.manifest["key"], stage="rl")
-        done = dict(mode=r.mode, steps=r.steps, resumed_from=start, init=source, prompts=len(pool),
+        save_checkpoint(out / "final.pt", policy, cfg, step=r.steps, data_key=run["data"].manifest["key"], stage="rl")
+        done = dict(mode=r.mode, steps=r.steps, resumed_from=start, init=run["source"], prompts=len(pool),
                     seconds=time.perf_counter() - t_begin, **metrics_summary(read_metrics(out), r.max_staleness),
-                    eval_first=evals_run[0] if evals_run else None, eval_last=final_eval,
-                    eval_seconds=sum(e["seconds"] for e in evals_run), final_eval_wait_s=final_wait_s)
+                    eval_first=evals.done[0] if evals.done else None, eval_last=evals.done[-1],
+                    eval_seconds=sum(e["seconds"] for e in evals.done), final_eval_wait_s=final_wait_s)
         atomic_write(out / "done.json", json.dumps(done, indent=1))
         return done
     finally:
