@@ -270,7 +270,7 @@ def parser() -> argparse.ArgumentParser:
     tasks_args(q, n=False); q.add_argument("--json", action="store_true"); q.set_defaults(fn=cmd_tasks_show)
     q = tsub.add_parser("eval", help="evaluate a policy on a suite: pass@1 and best-of-K with 95%% intervals"); tasks_args(q)
     q.add_argument("--policy", "--checkpoint", dest="policy", required=True, metavar="POLICY",
-                   help="a checkpoint (.pt of a pretraining stage, SFT or an RL run) or hf:DIR (a Hugging Face directory)")
+                   help="a checkpoint (.pt of a pretraining stage, SFT or an RL run) or hf:DIR (a Hugging Face directory: one `c2 export` wrote, or any chat model with a chat template)")
     q.add_argument("--against", default=None, metavar="POLICY", help="a second policy: the paired change (same sampling streams)")
     q.add_argument("-k", type=int, default=8, help="samples per task (default: 8)")
     q.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
