@@ -81,14 +81,17 @@ def cmd_data_build(a):
 
 # %% ../nbs/36_cli.ipynb #23c008-5
 def cmd_train(a):
-    from composer2.data import open_data
-    from composer2.train import train
+    from composer2.pretrain import train
     cfg = _cfg(a)
-    res = train(cfg, open_data(cfg), out=a.out)
+    res = train(cfg, out=a.out)
+    if res.get("skipped"):
+        print(f"already trained: {res['checkpoint']} ({res['steps']} steps; delete {Path(res['checkpoint']).parent} to train again)")
+        return
     p = res["params"]
-    print(f"trained {res['steps']} steps, {res['tokens']:,} tokens in {res['seconds']:.0f}s ({res['tokens_per_s']:,.0f} tok/s on {res['device']}); "
-          f"{p['total']:,} params, {p['active']:,} active")
-    print(f"internal-codebase NLL: {res['initial_internal_nll']:.3f} -> {res['final_internal_nll']:.3f} nats/token")
+    print(f"trained {res['steps']} steps, {res['tokens']:,} tokens in {res['seconds']:.0f}s ({res['tokens'] / max(res['seconds'], 1e-9):,.0f} "
+          f"tok/s on {res['device']}); {p['total']:,} params, {p['active']:,} active")
+    before = res["initial_internal_nll"]   # None when the run resumed from a checkpoint
+    print(f"internal-codebase NLL: {'' if before is None else f'{before:.3f} -> '}{res['internal_nll']:.3f} nats/token")
     if res["stopped_early"]:
         print(f"stopped early: the train.minutes={cfg.train.minutes:g} budget ended the run after {res['steps']} of "
               f"{res['planned_steps']} steps, before the learning-rate schedule (sized for {res['planned_steps']}) decayed")
@@ -238,7 +241,7 @@ def parser() -> argparse.ArgumentParser:
     dsub = p.add_subparsers(dest="data_cmd", required=True, metavar="ACTION")
     q = dsub.add_parser("build", help="build (or reuse) the data dir for a config"); _add_config_args(q)
     q.add_argument("--force", action="store_true", help="rebuild even if cached"); q.set_defaults(fn=cmd_data_build)
-    p = sub.add_parser("train", help="train the MoE on the code corpus (minimal loop)"); _add_config_args(p)
+    p = sub.add_parser("train", help="train the MoE on the code corpus (the pretraining pipeline's quick path)"); _add_config_args(p)
     p.add_argument("--out", default=None, help="run directory (default: train.out)"); p.set_defaults(fn=cmd_train)
     p = sub.add_parser("generate", help="sample from a checkpoint"); _add_config_args(p)
     p.add_argument("--checkpoint", required=True); p.add_argument("--prompt", default="def ")

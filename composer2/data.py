@@ -15,7 +15,7 @@ from .config import C2Error, Config, DataConfig, load_config, repo_root
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'PAD_ID', 'EOS_ID', 'FORMAT', 'SPLITS', 'data_root', 'SourceFile', 'stdlib_dir', 'collect_code',
            'collect_prose', 'internal_codebase', 'manifest', 'build_data', 'TokenizerFile', 'DataDir', 'open_data',
-           'random_batch', 'eval_windows']
+           'eval_windows']
 
 # %% ../nbs/01_data.ipynb #01c004
 SPECIAL_TOKENS = ["<|pad|>", "<|eos|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool_call|>", "<|/tool_call|>",
@@ -268,14 +268,6 @@ def open_data(cfg: Config | DataConfig) -> DataDir:
     return DataDir(data_root(dc := _dc(cfg)) / manifest(dc)["key"], scale=cfg.scale if isinstance(cfg, Config) else None)
 
 # %% ../nbs/01_data.ipynb #01c025
-def random_batch(tokens: np.ndarray, batch_size: int, seq_len: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    "`batch_size` random windows: x (B, T) and the next tokens y (B, T), as int64."
-    n = len(tokens)
-    if n < seq_len + 1: raise C2Error(f"token stream of {n} tokens is shorter than seq_len + 1 = {seq_len + 1}")
-    starts = torch.randint(0, n - seq_len, (batch_size,), generator=generator).numpy()
-    w = torch.from_numpy(np.asarray(tokens[starts[:, None] + np.arange(seq_len + 1)], dtype=np.int64))
-    return w[:, :-1], w[:, 1:]
-
 def eval_windows(tokens, seq_len: int, stride: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     "Rolling windows (x, y, mask) of shape (T,) over `tokens`; `mask` marks targets scored for the first time."
     stride = stride or max(1, seq_len // 2)

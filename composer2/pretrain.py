@@ -21,7 +21,7 @@ from .train import build_model, codebase_nll, load_checkpoint, lr_at, read_torch
 # %% auto #0
 __all__ = ['PEAK_BF16_FLOPS', 'StagePlan', 'stage_dir', 'stage_plan', 'WindowStream', 'TranscriptStream', 'render_transcript',
            'sft_examples', 'mix_oracle', 'flops_per_token', 'peak_flops', 'PretrainModule', 'AtomicCheckpointIO',
-           'StageCallback', 'read_losses', 'run_stage']
+           'StageCallback', 'read_losses', 'run_plan', 'run_stage', 'train']
 
 # %% ../nbs/31_pretrain.ipynb #07c006-1
 @dataclass
@@ -322,7 +322,7 @@ def _load_init(module: PretrainModule, plan: StagePlan, data: DataDir, cmd: str)
         module.model.load_state_dict(sd, strict=what == "weights")
 
 # %% ../nbs/31_pretrain.ipynb #07c018-1
-def _trainer(cfg: Config, out: Path, plan: StagePlan, cb: StageCallback, progress: bool) -> L.Trainer:
+def _trainer(cfg: Config, out: Path, plan: StagePlan, cb: StageCallback, progress: bool, minutes: float = 0.0) -> L.Trainer:
     p, t = cfg.pretrain, cfg.train
     cuda = torch.cuda.is_available() and t.device != "cpu"
     plugins = [AtomicCheckpointIO()]
@@ -335,13 +335,13 @@ def _trainer(cfg: Config, out: Path, plan: StagePlan, cb: StageCallback, progres
                      logger=loggers, callbacks=[cb], plugins=plugins, enable_checkpointing=False, default_root_dir=out,
                      val_check_interval=t.eval_every, check_val_every_n_epoch=None, limit_val_batches=4, num_sanity_val_steps=0,
                      gradient_clip_val=t.grad_clip or None, log_every_n_steps=p.log_every, enable_model_summary=False,
-                     enable_progress_bar=progress)
+                     enable_progress_bar=progress, max_time=dict(seconds=60 * minutes) if minutes else None)
 
 # %% ../nbs/31_pretrain.ipynb #07c018-2
-def run_stage(cfg: Config, stage: str, level: str | None = None, data: DataDir | None = None, progress: bool = True) -> dict:
-    "Run (or resume, or skip if done) one stage; return its summary."
-    plan = stage_plan(cfg, stage, level)
-    out = stage_dir(cfg, plan.name)
+def run_plan(cfg: Config, plan: StagePlan, out: Path, data: DataDir | None = None, progress: bool = True, minutes: float = 0.0) -> dict:
+    """Run (or resume, or skip if done) `plan` into `out`; return its summary, `done.json`. With `minutes` > 0 the run
+    stops when that much time is up, and its summary says so: `stopped_early` (the schedule, sized to `plan.steps`,
+    never finished decaying, and the result depends on the machine's speed)."""
     if (out / "done.json").exists():
         return {**json.loads((out / "done.json").read_text()), "skipped": True}
     data = data or open_data(cfg)
@@ -356,6 +356,7 @@ def run_stage(cfg: Config, stage: str, level: str | None = None, data: DataDir |
     internal = data.internal_tokens()[: cfg.train.eval_tokens]
     module = PretrainModule(cfg, plan, data.vocab_size, internal)
     _load_init(module, plan, data, cmd)
+    before = codebase_nll(module.model, internal, min(plan.seq_len, 512))["nll"] if start == 0 else None   # (unknown on resume)
     t = cfg.train
     if plan.sft: stream = TranscriptStream(sft_examples(data, cfg=cfg), plan.batch_size, plan.seq_len, t.seed,
                                            code=data.tokens("code_train"), mix=cfg.pretrain.sft_pretrain_mix)
@@ -368,7 +369,7 @@ def run_stage(cfg: Config, stage: str, level: str | None = None, data: DataDir |
     val_loader = lambda: torch.utils.data.DataLoader(torch.utils.data.TensorDataset(vx, vy, torch.ones(vx.shape)), batch_size=plan.batch_size)
     stream.start = start   # the data stream restarts exactly at the restored step
     cb = StageCallback(out, plan, cfg.pretrain.ckpt_every, data.manifest["key"])
-    trainer = _trainer(cfg, out, plan, cb, progress)
+    trainer = _trainer(cfg, out, plan, cb, progress, minutes)
     t0 = time.time()
     trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(stream, batch_size=None), val_dataloaders=val_loader(),
                 ckpt_path=str(ckpt) if ckpt.exists() else None, weights_only=False)   # our own checkpoints
@@ -378,10 +379,28 @@ def run_stage(cfg: Config, stage: str, level: str | None = None, data: DataDir |
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     trainer.validate(module, dataloaders=val_loader(), verbose=False)
     metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")})
-    tokens = plan.steps * plan.batch_size * plan.seq_len
+    tokens = trainer.global_step * plan.batch_size * plan.seq_len
     save_checkpoint(out / "final.pt", module.model, cfg, step=trainer.global_step, data_key=data.manifest["key"], stage=plan.name, tokens=tokens)
-    done = dict(stage=plan.name, steps=trainer.global_step, tokens=tokens, seconds=time.time() - t0, resumed_from=start,
+    done = dict(stage=plan.name, steps=trainer.global_step, planned_steps=plan.steps, stopped_early=trainer.global_step < plan.steps,
+                tokens=tokens, seconds=time.time() - t0, resumed_from=start, initial_internal_nll=before,
                 internal_nll=metrics.get("val/internal_nll"), val_loss=metrics.get("val/loss"),
-                mtp_agreement=metrics.get("val/mtp_agreement"), params=module.model.param_counts())
+                mtp_agreement=metrics.get("val/mtp_agreement"), params=module.model.param_counts(), checkpoint=str(out / "final.pt"),
+                device=str(module.device))
     atomic_write(out / "done.json", json.dumps(done, indent=1))
     return done
+
+# %% ../nbs/31_pretrain.ipynb #07c018-3
+def run_stage(cfg: Config, stage: str, level: str | None = None, data: DataDir | None = None, progress: bool = True) -> dict:
+    "Run (or resume, or skip if done) one stage of the pipeline into `stage_dir`; return its summary."
+    plan = stage_plan(cfg, stage, level)
+    return run_plan(cfg, plan, stage_dir(cfg, plan.name), data, progress)
+
+# %% ../nbs/31_pretrain.ipynb #07c021-1
+def train(cfg: Config, data: DataDir | None = None, out: str | Path | None = None, progress: bool = True) -> dict:
+    """`c2 train` (see above): one code-only stage of `train.steps` steps into `out` (default `train.out`), run or resumed
+    by `run_plan` with the `train.minutes` budget; its summary (`checkpoint`: final.pt, `initial_internal_nll` and
+    `internal_nll` before and after)."""
+    t = cfg.train
+    plan = StagePlan("train", t.steps, t.seq_len, t.batch_size, t.lr, prose_fraction=0.0, rope_base=cfg.model.rope_base,
+                     train_trunk=True, train_mtp=cfg.model.mtp_depth > 0)
+    return run_plan(cfg, plan, Path(out or t.out), data, progress, minutes=t.minutes)

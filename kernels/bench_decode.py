@@ -1,6 +1,6 @@
 """Decode throughput with and without MTP speculative decoding, measured side by side in one run.
 
-    python kernels/bench_decode.py --checkpoint runs/cpu/last.pt [--batch 1 8] [--new 128] [--temperature 0 1]
+    python kernels/bench_decode.py --checkpoint runs/cpu/final.pt [--batch 1 8] [--new 128] [--temperature 0 1]
 
 Prompts are windows of the internal codebase when the checkpoint's data dir is built here, else the token file
 given with --prompts (a torch tensor [n, len]). Results are printed as a table and written as JSON to

@@ -1,6 +1,6 @@
 """Decode throughput of composer2's `Engine.generate` and rollout `DecodeServer` against Hugging Face `generate()` on the same weights, side by side in one run.
 
-    python kernels/bench_hf_decode.py --checkpoint runs/cpu/last.pt [--batch 1 8 32] [--new 64] [--temperature 0 1]
+    python kernels/bench_hf_decode.py --checkpoint runs/cpu/final.pt [--batch 1 8 32] [--new 64] [--temperature 0 1]
     python kernels/bench_hf_decode.py --random [--scale cpu] [--set model.gate=sigmoid]   # no checkpoint: random weights
 
 The HF model is `composer2.hf.to_hf(model)` (Ernie4_5_MoeForCausalLM or Glm4MoeForCausalLM; fp32 logits equal to

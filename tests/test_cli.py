@@ -3,6 +3,7 @@ and one-line errors (exit status 2) for user mistakes."""
 import json, re, shutil
 import pytest
 from conftest import c2, one_line_error
+from composer2.pretrain import read_losses
 
 def test_help_lists_subcommands():
     r = c2("--help")
@@ -64,8 +65,9 @@ def test_fresh_data_to_trained_model_generating(smoke_data, trained, tmp_path):
     assert r.returncode == 0, r.stderr
     before, after = map(float, re.search(r"internal-codebase NLL: ([\d.]+) -> ([\d.]+)", r.stdout).groups())
     assert after < before - 0.5, r.stdout
-    ck = run / "last.pt"
-    assert ck.is_file() and (run / "metrics.csv").read_text().count("\n") == 41 and "stopped early" not in r.stdout
+    ck = run / "final.pt"
+    assert ck.is_file() and len(read_losses(run)) == 40 and "stopped early" not in r.stdout
+    assert "already trained" in c2("train", "--scale", "smoke", f"data.dir={smoke_data}", "train.steps=40", "--out", str(run)).stdout
     for spec in ["false", "true"]:
         g = c2("generate", "--scale", "smoke", f"data.dir={smoke_data}", "--checkpoint", str(ck), "--prompt", "def ",
                "-n", "2", "sample.max_new_tokens=12", f"sample.speculative={spec}")
@@ -107,7 +109,7 @@ def test_export_to_hugging_face_and_import_back(smoke_data, trained, tmp_path):
     import os, subprocess, sys, torch
     from composer2.engine import Engine
     from composer2.train import load_checkpoint
-    ck, hf = trained[0] / "last.pt", tmp_path / "hf"
+    ck, hf = trained[0] / "final.pt", tmp_path / "hf"
     r = c2("export", "--scale", "smoke", f"data.dir={smoke_data}", "--checkpoint", str(ck), "--out", str(hf))
     assert r.returncode == 0, r.stderr
     assert "Ernie4_5_MoeForCausalLM" in r.stdout and (hf / "model.safetensors").is_file() and (hf / "tokenizer.json").is_file()
