@@ -340,8 +340,8 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
     try:
         rec, trainer, workers, evaluator = _start_actors(cfg, run)
         log, evals = _Log(out / "metrics.csv", out / "tb"), _Evals(evaluator, out, [t.id for t in run["eval_tasks"]], r.eval_k)
-        if start > 0 and 0 not in evals.steps_logged(): evals.submit(0, ray.put(run["init_state"]))   # stopped before it came back
-        if start % r.eval_every == 0 and start < r.steps: evals.submit(start, trainer.weights.remote())
+        if r.eval_at_start and start > 0 and 0 not in evals.steps_logged(): evals.submit(0, ray.put(run["init_state"]))   # stopped before it came back
+        if start % r.eval_every == 0 and start < r.steps and (start > 0 or r.eval_at_start): evals.submit(start, trainer.weights.remote())
         runs = [w.run.remote(rec) for w in workers]
         bar = tqdm(total=r.steps, initial=start, desc=f"rl {r.mode}", disable=not progress, dynamic_ncols=True)
         t_begin = t_prev = time.perf_counter()

@@ -302,6 +302,7 @@ class RLConfig:
     summary_trigger: float = opt(0.75, lo=0.1, hi=1.0, doc="fraction of the context that triggers summarisation")
     difficulty_upsampling: bool = opt(False)
     eval_every: int = opt(10, lo=1)
+    eval_at_start: bool = opt(True, doc="evaluate the initial weights at step 0 (off: a run whose step-0 evaluation another run already made, same weights and sampling streams)")
     eval_k: int = opt(8, lo=1, doc="samples per eval prompt for pass@1 and best-of-K")
     max_new_tokens: int = opt(128, lo=1, doc="tokens per assistant turn (and per summary)")
     max_seq_len: int = opt(0, lo=0, doc="context length of a rollout segment; 0 means model.max_seq_len")

@@ -13,7 +13,7 @@ def smoke(tmp_path_factory):
     "Every study reproduced at smoke scale into a scratch results root, once."
     d = tmp_path_factory.mktemp("smoke")
     env = {"C2_RESULTS": str(d / "results"), "C2_JOBS": str(d / "jobs")}
-    r = c2("reproduce", "--scale", "smoke", env=env, timeout=1800)   # seven studies, two of them RL pipelines (~6 min alone)
+    r = c2("reproduce", "--scale", "smoke", env=env, timeout=1800)   # eight studies, two of them RL pipelines (~6 min alone)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "reproduce (smoke, local): 0 failed" in r.stdout
     return d / "results", env
@@ -28,6 +28,7 @@ def test_list():
     assert re.search(r"best_of_k\s+Figure 5\s+scales: smoke, cpu, gpu", r.stdout)
     assert re.search(r"rl_systems\s+.*scales: smoke, cpu, gpu", r.stdout)
     assert re.search(r"mxfp8_parity\s+Section 6\s+scales: smoke, cpu, gpu", r.stdout)
+    assert re.search(r"mtp_speculation\s+Section 3\s+scales: smoke, cpu, gpu", r.stdout)
 
 def test_cpt_loss_results(smoke):
     out = smoke[0] / "cpt_loss" / "smoke"
@@ -100,7 +101,7 @@ def test_index(smoke):
     root = smoke[0]
     md, page = (root / "index.md").read_text(), (root / "index.html").read_text()
     results = [json.loads(p.read_text()) for p in sorted(root.glob("*/*/results.json"))]
-    assert len(results) == 7 and all(r["status"] == "ok" for r in results)
+    assert len(results) == 8 and all(r["status"] == "ok" for r in results)
     for res in results:   # the summary row counts the claims that hold as results.json records them
         n, n_hold = len(res["claims"]), sum(c["holds"] for c in res["claims"])
         assert f"| [{res['study']}](#{res['study']}-smoke) |" in md and f"| smoke | {n_hold} of {n} |" in md
@@ -110,7 +111,7 @@ def test_index(smoke):
             if f.endswith(".png"): assert md.count(f'<img src="{res["study"]}/smoke/{f}"') == 1   # each figure once
     n_claims, n_hold = sum(len(r["claims"]) for r in results), sum(c["holds"] for r in results for c in r["claims"])
     assert page.count('<tr class="holds">') == n_hold and page.count('<tr class="nothold">') == n_claims - n_hold >= 0
-    assert page.count("<section ") == 7 and "(Figure 4)" in md and "**The report (Figure 5):** During RL" in md
+    assert page.count("<section ") == 8 and "(Figure 4)" in md and "**The report (Figure 5):** During RL" in md
 
 def test_index_in_a_real_browser(smoke):
     "index.html in headless Chromium: every image loads and the page logs no console message."
@@ -143,6 +144,7 @@ def test_best_of_k_results(smoke):
             assert e["best_of_1"] == e["pass_at_1"] and 0 <= e["best_of_1"] <= e["best_of_2"] <= 1 and e["n_tasks"] == c.tasks.n_eval
         for d in m["deltas"][run].values(): assert d["lo"] <= d["mean"] <= d["hi"] and d["n"] == c.tasks.n_eval
         assert m["trend"][run]["lo"] <= m["trend"][run]["slope"] <= m["trend"][run]["hi"]
+    assert m["evals"]["shuffle"][0] == m["evals"]["rl"][0]   # the control shares the real run's step-0 evaluation (same weights, same streams)
     assert {c["id"] for c in res["claims"]} == {"sft_keeps_base", "sft_solves_some", "pass1_rises", "best_of_k_rises",
                                                 "train_reward_rises", "control_flat", "malformed_calls_fall", "train_reward_beats_control",
                                                 "eval_precise"}
@@ -246,3 +248,17 @@ def test_mxfp8_parity_results(smoke):
     assert abs(m["losses"]["loop"][0] - m["losses"]["mxfp8"][0]) < 1e-2    # same init, same batch: only MXFP8 rounding differs
     assert {c["id"]: c["holds"] for c in res["claims"]} == {"mxfp8_tracks_reference": True, "both_learn": True, "nvfp4_forward_close": True}
     assert 64 <= len(m["nvfp4_err"]) <= res["params"]["n_eval_seqs"] * 64    # held-out windows of the smoke seq_len (64)
+
+def test_mtp_speculation_results(smoke):
+    """Both MTP arms come from one mid-cpt checkpoint (same trunk: same internal NLL), every prompt is measured for both
+    arms and both samplers, and greedy speculative decoding is exact (the MTP-quality claims need the cpu scale)."""
+    res = json.loads((smoke[0] / "mtp_speculation" / "smoke" / "results.json").read_text())
+    assert res["status"] == "ok", res
+    m, p = res["metrics"], res["params"]
+    assert m["stages"]["mtp-distill"]["internal_nll"] == m["stages"]["mtp-hard"]["internal_nll"]   # the trunk is frozen
+    assert len(m["per_prompt"]) == 2 * 2 * p["n_prompts"] and set(m["arms"]) == {"distill", "hard"}
+    assert all(1 <= t <= 1 + load_config("smoke").model.mtp_depth for t in m["tokens_per_forward"].values())
+    claims = {c["id"]: c for c in res["claims"]}
+    assert claims["greedy_exact"]["holds"] and claims["greedy_exact"]["measured"] == 1.0
+    assert set(claims) == {"distill_accepts_more", "distill_more_tokens_per_forward", "greedy_exact", "sampling_keeps_distribution",
+                           "speculation_faster"}
