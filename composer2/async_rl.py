@@ -286,14 +286,16 @@ class _Evals:
 
 # %% ../nbs/34_async_rl.ipynb #15c031-7
 def _ledger_lines(step: int, groups: list) -> str:
-    "ledger.jsonl lines of one step: per group its prompt, the policy versions that sampled it, worker, rewards, solved, turns."
+    """ledger.jsonl lines of one step: per group its prompt, the policy versions that sampled it, worker, and per rollout its
+    reward, solved, turns, sampled tokens (all segments) and whether a length limit cut it off."""
     out = []
     for g in groups:
         vs = [v for ro in g.rollouts for v in ro.versions]
         out.append(json.dumps(dict(step=step, prompt_id=g.prompt_id, start_version=g.start_version,
                                    min_version=min(vs, default=g.start_version), max_version=max(vs, default=g.start_version),
                                    worker=g.worker, rewards=[ro.reward for ro in g.rollouts],
-                                   solved=[ro.solved for ro in g.rollouts], turns=[ro.turns for ro in g.rollouts])) + "\n")
+                                   solved=[ro.solved for ro in g.rollouts], turns=[ro.turns for ro in g.rollouts],
+                                   sampled=[ro.n_sampled for ro in g.rollouts], truncated=[ro.truncated for ro in g.rollouts])) + "\n")
     return "".join(out)
 
 # %% ../nbs/34_async_rl.ipynb #15c031-8

@@ -91,11 +91,14 @@ def provenance(root=None) -> dict:
     return {"commit": r.stdout.strip(), "dirty": None if s is None or s.returncode != 0 else bool(s.stdout.strip())}
 
 def is_stale(res: dict, root=None) -> bool | None:
-    """Whether the code a result came from has changed since: the library, the study's notebook or its configs differ
-    between the result's commit and the checkout. None when that cannot be told (no commit recorded, no git)."""
+    """Whether the code a result came from has changed since: the library, the study's notebook or its configs (and
+    the configs of the study it shares runs with) differ between the result's commit and the checkout. None when that
+    cannot be told (no commit recorded, no git)."""
     name, commit = res.get("study"), res.get("commit")
     if not name or not commit: return None
-    r = _git("diff", "--quiet", commit, "--", *[p.format(name=name) for p in STUDY_CODE], root=root)
+    shared = STUDIES[name].shares if name in STUDIES else ""
+    paths = [p.format(name=name) for p in STUDY_CODE] + ([STUDY_CODE[-1].format(name=shared)] if shared else [])
+    r = _git("diff", "--quiet", commit, "--", *paths, root=root)
     return None if r is None or r.returncode not in (0, 1) else r.returncode == 1
 
 # %% ../nbs/09_runner.ipynb #44dfc0cc

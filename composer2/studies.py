@@ -19,11 +19,14 @@ __all__ = ['STUDIES', 'SCALES', 'RESERVED', 'RUN_PLACES', 'Study', 'studies_dir'
 # %% ../nbs/08_studies.ipynb #08c005
 @dataclass(frozen=True)
 class Study:
-    "A registered study: its notebook reproduces `reproduces` (a figure or claim of the report), which found `finding`."
+    """A registered study: its notebook reproduces `reproduces` (a figure or claim of the report), which found `finding`.
+    A study that `shares` another's runs (arms beside that study's, from the same checkpoints) takes that study's scale
+    file `config:` first, so both resolve to the same settings and find each other's runs in one run cache."""
     name: str
     reproduces: str
     title: str
     finding: str = ""
+    shares: str = ""
 
     @property
     def notebook(self) -> Path: return studies_dir() / f"{self.name}.ipynb"
@@ -55,6 +58,10 @@ STUDIES = {s.name: s for s in [
     Study("mtp_speculation", "Section 3", "MTP modules trained by self-distillation vs hard labels: draft acceptance, tokens per forward, exact speculative decoding",
           "MTP layers trained by self-distillation (the main head's distribution as the target) give a higher acceptance "
           "rate in speculative decoding, hence more tokens per forward of the main model."),
+    Study("grpo_variants", "Section 4.1", "Dr. GRPO against GRPO's std and length normalisations and overlong masking, from one SFT checkpoint",
+          "Dividing by the group's std over-weights groups whose rollouts are all equally correct, and length normalisation "
+          "biases length (failed episodes grow longer); Dr. GRPO drops both; masking overlong rollouts brought no benefit.",
+          shares="best_of_k"),
 ]}
 SCALES = ["smoke", "cpu", "gpu"]
 RESERVED = {"scale": "--scale", "out_dir": "--out"}   # parameters the runner sets itself
@@ -159,7 +166,8 @@ def load_scale(name: str, scale: str) -> dict:
 def resolve_params(name: str, scale: str, overrides=()) -> dict:
     """Notebook defaults <- the scale's params <- overrides ('key=value' strings or a dict); every name and type checked.
     A study whose notebook declares a `config` parameter takes config overrides, the same `section.key=value` every
-    `c2` command takes: the scale file's `config:` section, then `-p section.key=value` (checked by `load_config`)."""
+    `c2` command takes: the scale file's `config:` section (after the shared study's, see `Study.shares`), then
+    `-p section.key=value` (checked by `load_config`)."""
     st = get_study(name)
     defaults = notebook_parameters(st.notebook)
     sc = load_scale(name, scale)
@@ -168,7 +176,7 @@ def resolve_params(name: str, scale: str, overrides=()) -> dict:
     takes_config = "config" in out
     if sc["config"] and not takes_config:
         raise C2Error(f"studies/configs/{name}/{scale}.yaml has a config section, but study {name} declares no config parameter")
-    config = list(sc["config"])
+    config = [*(load_scale(st.shares, scale)["config"] if st.shares else []), *sc["config"]]
     for source, pairs in [(f"studies/configs/{name}/{scale}.yaml", sc["params"].items()), ("-p", items)]:
         for k, v in pairs:
             if k in RESERVED: raise C2Error(f"parameter {k} is set by {RESERVED[k]}, not {source}")

@@ -13,7 +13,7 @@ def smoke(tmp_path_factory):
     "Every study reproduced at smoke scale into a scratch results root, once."
     d = tmp_path_factory.mktemp("smoke")
     env = {"C2_RESULTS": str(d / "results"), "C2_JOBS": str(d / "jobs")}
-    r = c2("reproduce", "--scale", "smoke", env=env, timeout=1800)   # eight studies, two of them RL pipelines (~6 min alone)
+    r = c2("reproduce", "--scale", "smoke", env=env, timeout=1800)   # every study, three of them RL pipelines (~6 min alone)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "reproduce (smoke, local): 0 failed" in r.stdout
     return d / "results", env
@@ -29,6 +29,7 @@ def test_list():
     assert re.search(r"rl_systems\s+.*scales: smoke, cpu, gpu", r.stdout)
     assert re.search(r"mxfp8_parity\s+Section 6\s+scales: smoke, cpu, gpu", r.stdout)
     assert re.search(r"mtp_speculation\s+Section 3\s+scales: smoke, cpu, gpu", r.stdout)
+    assert re.search(r"grpo_variants\s+Section 4.1\s+scales: smoke, cpu, gpu", r.stdout)
 
 def test_cpt_loss_results(smoke):
     out = smoke[0] / "cpt_loss" / "smoke"
@@ -263,3 +264,18 @@ def test_mtp_speculation_results(smoke):
     assert claims["greedy_exact"]["holds"] and claims["greedy_exact"]["measured"] == 1.0
     assert set(claims) == {"distill_accepts_more", "distill_more_tokens_per_forward", "greedy_exact", "sampling_keeps_distribution",
                            "speculation_faster"}
+
+def test_grpo_variants_results(smoke):
+    """The study shares best_of_k's runs: its Dr. GRPO arm and control are best_of_k's (the same evaluations), every arm
+    starts from the shared step-0 evaluation, and the claims are measured from each arm's own training batches."""
+    res = json.loads((smoke[0] / "grpo_variants" / "smoke" / "results.json").read_text())
+    bk = json.loads((smoke[0] / "best_of_k" / "smoke" / "results.json").read_text())["metrics"]
+    assert res["status"] == "ok", res
+    m = res["metrics"]
+    assert m["runs"] == ["rl", "std_norm", "length_norm", "overlong_mask", "shuffle"]
+    assert m["evals"]["rl"] == bk["evals"]["rl"] and m["evals"]["shuffle"] == bk["evals"]["shuffle"]   # trained once, for both
+    assert all(m["evals"][n][0] == m["evals"]["rl"][0] for n in m["runs"])                             # one starting policy
+    steps = load_config("smoke", overrides=res["params"]["config"]).rl.steps
+    assert all(len(m["adv_share_per_step"][n]) == steps and 0 <= m["adv_share"][n] <= 1 for n in m["runs"])
+    assert {c["id"] for c in res["claims"]} == {"std_norm_weights_equals", "length_norm_lengthens_failures", "dr_grpo_not_below",
+                                                "dr_grpo_learns", "dr_grpo_beats_control"}
