@@ -9,7 +9,8 @@ import torch
 from .config import C2Error, Config
 from .engine import Engine
 from .model import MoETransformer
-from .rollout import Rollouts, rl_context
+from .config import rl_context
+from .rollout import Rollouts
 from .rl import Group, rl_step, staleness_histogram
 from .sync import delta_stats, make_delta, publishable
 from .sync import WeightReceiver

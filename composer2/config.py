@@ -14,7 +14,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 __all__ = ['STAGES', 'LEVELS', 'SUITES', 'TASK_SPLITS', 'EXPERT_BACKENDS', 'C2Error', 'ConfigError', 'Preempted', 'atomic_write',
            'read_jsonl', 'opt', 'register_expert_backend', 'expert_backend', 'ModelConfig', 'DataConfig', 'TrainConfig',
            'SampleConfig', 'PretrainConfig', 'SandboxConfig', 'TasksConfig', 'RewardConfig', 'RLConfig', 'Config',
-           'validate', 'repo_root', 'scales_dir', 'available_scales', 'load_config', 'to_yaml']
+           'validate', 'repo_root', 'scales_dir', 'available_scales', 'load_config', 'to_yaml', 'rl_context']
 
 # %% ../nbs/00_config.ipynb #00c004
 class C2Error(Exception):
@@ -208,6 +208,7 @@ class PretrainConfig:
     sft_lr_ratio: float = opt(0.3, lo=0.0, doc="SFT learning rate as a fraction of train.lr")
     sft_oracle: int = opt(0, lo=0, doc="oracle trajectories of the task suite's train split mixed into SFT (0: none)")
     sft_oracle_share: float = opt(0.5, lo=0.0, hi=1.0, doc="share of the SFT examples that are oracle trajectories")
+    sft_summaries: bool = opt(False, doc="the oracle works within the rollout context (rl_context) and summarises when it fills (rl.summary_trigger): its trajectories teach the self-summary format")
     sft_pretrain_mix: float = opt(0.0, lo=0.0, hi=1.0, doc="share of SFT rows that are code windows of the pretraining data (keeps base ability); each weighs as much as an average transcript row")
     ckpt_every: int = opt(10, lo=1, doc="steps between resumable checkpoints")
     log_every: int = opt(5, lo=1)
@@ -440,3 +441,8 @@ def load_config(scale: str = "smoke", path: str | None = None, overrides: list[s
 def to_yaml(cfg: Config) -> str:
     "The resolved config as YAML (what runs record next to their outputs)."
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+# %% ../nbs/00_config.ipynb #00c016-1
+def rl_context(cfg: Config) -> int:
+    "Context length of a rollout segment: `rl.max_seq_len`, else `model.max_seq_len`."
+    return cfg.rl.max_seq_len or cfg.model.max_seq_len

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 from . import rewards
-from .config import C2Error, Config
+from .config import C2Error, Config, rl_context
 from .judge import Verdict, judge
 from .policies import OraclePolicy
 from .rewards import Effort, RewardBreakdown
@@ -142,7 +142,11 @@ def run_episodes(tasks: list[Task], make_policy: Callable[[Task], object], cfg: 
         return list(ex.map(lambda t: run_episode(t, make_policy(t), cfg, **kw), tasks))
 
 # %% ../nbs/30_episode.ipynb #19c016
-def oracle_transcripts(cfg: Config, n: int, split: str = "train", workers: int | None = None) -> list[Transcript]:
-    "SFT trajectories: the transcripts of the oracle's solved episodes on the first `n` tasks of cfg.tasks.suite."
-    eps = run_episodes(load_suite(cfg, split, n), lambda t: OraclePolicy(), cfg, workers)
+def oracle_transcripts(cfg: Config, n: int, split: str = "train", workers: int | None = None, data=None) -> list[Transcript]:
+    """SFT trajectories: the transcripts of the oracle's solved episodes on the first `n` tasks of cfg.tasks.suite. With
+    `pretrain.sft_summaries` the oracle works within the rollout context (`rl_context`, tokens counted by `data`'s
+    tokenizer when given) and summarises when it reaches `rl.summary_trigger` of it: split the transcripts with
+    `composer2.protocol.context_segments` into what the model saw."""
+    ctx = dict(context=rl_context(cfg), trigger=cfg.rl.summary_trigger, count_tokens=_token_counter(data)) if cfg.pretrain.sft_summaries else {}
+    eps = run_episodes(load_suite(cfg, split, n), lambda t: OraclePolicy(**ctx), cfg, workers)
     return [e.transcript for e in eps if e.solved]

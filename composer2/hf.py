@@ -348,7 +348,7 @@ def evaluate_chat(cfg: Config, path, tasks: list, k: int, seed: int = 0, on_prog
     per task the results of `Rollouts.evaluate` (an episode that raised counts as unsolved, reward 0, in `errors`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from composer2.episode import run_episode
-    from composer2.rollout import rl_context
+    from composer2.config import rl_context
     hf, tok = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), AutoTokenizer.from_pretrained(path)
     out, done = [], 0
     for t in tasks:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import difflib, random, re
 from .config import C2Error
 from .paths import list_beneath, read_beneath
-from .tasks import Task, edit_calls
-from .protocol import TOOLS, Transcript, format_tool_call
+from .tasks import Task, edit_calls, estimate_tokens
+from .protocol import (SUMMARIZE, SUMMARY, END_SUMMARY, TOOLS, Message, Transcript, context_segments,
+                                format_tool_call, summary_text)
 from .tools import Toolbox
 
 # %% auto #0
@@ -47,9 +48,13 @@ def _turn(calls: list[tuple[str, dict]], prose: str = "") -> str:
 
 # %% ../nbs/29_policies.ipynb #18c005-3
 class OraclePolicy:
-    "Solves synthetic, long-horizon and c2bench tasks through the tools, from the task's reference solution."
-    def __init__(self):
+    """Solves synthetic, long-horizon and c2bench tasks through the tools, from the task's reference solution. With a
+    `context` (tokens; `count_tokens` counts them, default the estimate), a checklist task goes one file at a time and
+    the oracle summarises in the transcript when the segment reaches `trigger x context`."""
+    def __init__(self, context: int | None = None, trigger: float = 0.75, count_tokens=None):
         self.plan: list[str] | None = None
+        self.context, self.trigger, self.count = context, trigger, count_tokens or estimate_tokens
+        self.summaries: list[str] = []
 
     def start(self, task: Task, toolbox: Toolbox | None = None):
         "Plan the episode's turns for `task`."
@@ -60,12 +65,19 @@ class OraclePolicy:
         fixed = task.meta.get("bug_functions") or []
         done = f"Fixed {', '.join(fixed)}; the tests pass." if fixed else f"Fixed {', '.join(changed)}; the tests pass."
         checklist = task.meta.get("checklist") or []
+        self.task, self.fix_turn, self.summaries = task, {}, []
         if checklist:   # read the README first: the checklist says what the rest of the work is
             first = [p for p in must if p.lower().startswith("readme")]
-            self.plan = [_turn(_read_calls(task, first) + [("shell", {"command": "ls"})]),
-                         _turn([("todo", {"add": list(checklist)})] + _read_calls(task, [p for p in must if p not in first])),
-                         _turn(edits), _turn([("shell", {"command": task.test_cmd})]),
-                         _turn([("todo", {"complete": list(range(1, len(checklist) + 1))}), ("finish", {"message": done})])]
+            self.plan = [_turn(_read_calls(task, first) + [("shell", {"command": "ls"})])]
+            if self.context:   # one file at a time: config.py with the to-dos, then read and fix each module in turn
+                self.plan.append(_turn([("todo", {"add": list(checklist)})] + _read_calls(task, [p for p in must if p == "config.py"])))
+                for p in [p for p in must if p not in first and p != "config.py"]:
+                    fix = edit_calls({p: task.files[p]}, {p: task.solution.get(p, task.files[p])})
+                    self.plan += [_turn(_read_calls(task, [p]))] + [_turn(fix)] * bool(fix)
+                    self.fix_turn[p] = len(self.plan) - 1
+            else: self.plan += [_turn([("todo", {"add": list(checklist)})] + _read_calls(task, [p for p in must if p not in first])), _turn(edits)]
+            self.plan += [_turn([("shell", {"command": task.test_cmd})]),
+                          _turn([("todo", {"complete": list(range(1, len(checklist) + 1))}), ("finish", {"message": done})])]
         else:   # never read a file by a name the transcript has not shown yet: SFT on that teaches guessing paths
             locate = _locate_calls(task, changed, fixed)
             self.plan = [_turn(locate)] * bool(locate) + [_turn(_read_calls(task, must)), _turn(edits), _turn([("shell", {"command": task.test_cmd})]),
@@ -75,12 +87,34 @@ class OraclePolicy:
         self.docs_query = f"{task.meta['module']} {task.meta['qualname']}" if task.suite == "c2bench" and task.meta.get("qualname") else None
 
     def act(self, transcript: Transcript, toolbox: Toolbox) -> str:
-        "The next planned turn (after the plan: finish)."
+        "The next planned turn (after the plan: finish); first a summary in the transcript when the context has filled."
         if self.plan is None: raise C2Error("OraclePolicy.act before start(task): run it through run_episode")
         if self.turn == 0 and self.docs_query and "docs_search(" in transcript[0].text:   # the system prompt offers it
             self.plan.insert(0, _turn([("docs_search", {"query": self.docs_query, "k": 3})]))
+        if self.context and self._full(transcript.messages):
+            text = self._summary()
+            transcript.messages += [Message("user", SUMMARIZE), Message("assistant", f"{SUMMARY}{text}{END_SUMMARY}")]
+            self.summaries.append(text)
         self.turn += 1
         return self.plan[self.turn - 1] if self.turn <= len(self.plan) else _turn([("finish", {"message": "Done."})])
+
+    def _full(self, messages) -> bool:
+        "Whether the current segment has reached the trigger (counted as `run_episode` counts) with a turn since the last summary."
+        last = max((i for i, m in enumerate(messages) if summary_text(m) is not None), default=-1)
+        if not any(m.role == "assistant" for m in messages[last + 1:]): return False
+        return sum(self.count(m.text) + 2 for m in context_segments(messages)[-1]) + 1 >= self.trigger * self.context
+
+    def _summary(self) -> str:
+        "What the rest of the task needs: the task, the checklist with what is done, config.py's constants once read, the next file."
+        t = self.task
+        fixed = [p for p, i in self.fix_turn.items() if i < self.turn]
+        todo = [p for p in self.fix_turn if p not in fixed]
+        lines = [f"task: {t.prompt}"]
+        lines += [f"[{'x' if any(p in item for p in fixed) else ' '}] {item}" for item in t.meta.get("checklist") or []]
+        if t.meta.get("constants") and self.turn >= 2:   # config.py was read in the second turn
+            lines.append("config.py: " + ", ".join(f"{k} = {v!r}" for k, v in t.meta["constants"].items()))
+        lines.append(f"fixed: {', '.join(fixed) or 'nothing yet'}; next: {todo[0] if todo else 'run the tests and finish'}")
+        return "\n".join(lines)
 
 # %% ../nbs/29_policies.ipynb #18c005-4
 _WORDS = ("the fix test file bug value return line check ok maybe code run function error look read change "

@@ -15,7 +15,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from .config import LEVELS, STAGES, C2Error, Config, Preempted, atomic_write, to_yaml
 from .data import DataDir, PAD_ID, open_data
 from .model import MoETransformer, training_loss
-from .protocol import SYSTEM_PROMPT, Message, Transcript, format_tool_call
+from .protocol import SYSTEM_PROMPT, Message, Transcript, context_segments, format_tool_call
 from .train import build_model, codebase_nll, load_checkpoint, lr_at, read_torch, save_checkpoint
 
 # %% auto #0
@@ -131,11 +131,12 @@ def render_transcript(data: DataDir, turns: list[tuple[str, str]]) -> tuple[list
 
 # %% ../nbs/31_pretrain.ipynb #07c011-1
 def sft_examples(data: DataDir, n: int = 2000, max_chars: int = 1200, cfg: Config | None = None) -> list[tuple[list[int], list[int]]]:
-    "Targeted coding tasks from the corpus's documented functions, as agent transcripts; plus oracle trajectories when `cfg.pretrain.sft_oracle` > 0."
+    "Targeted coding tasks from the corpus's documented functions, as agent transcripts; plus oracle trajectories when `cfg.pretrain.sft_oracle` > 0 (each segment of a summarising one an example of its own)."
     out = _corpus_sft(data, n, max_chars)
     if cfg is None or not cfg.pretrain.sft_oracle: return out
     from composer2.episode import oracle_transcripts   # sandboxed episodes of the oracle on the train split
-    return mix_oracle(out, [t.render(data) for t in oracle_transcripts(cfg, cfg.pretrain.sft_oracle)], cfg.pretrain.sft_oracle_share)
+    trs = oracle_transcripts(cfg, cfg.pretrain.sft_oracle, data=data)   # with summaries: one example per segment, as the model saw it
+    return mix_oracle(out, [Transcript(s).render(data) for t in trs for s in context_segments(t.messages)], cfg.pretrain.sft_oracle_share)
 
 # %% ../nbs/31_pretrain.ipynb #07c011-2
 def mix_oracle(examples: list, oracle: list, share: float) -> list:

@@ -14,7 +14,8 @@ from .paths import printable
 __all__ = ['SYSTEM', 'USER', 'ASSISTANT', 'END_TURN', 'TOOL_CALL', 'END_TOOL_CALL', 'TOOL_RESULT', 'END_TOOL_RESULT', 'THINK',
            'END_THINK', 'SUMMARIZE', 'SUMMARY', 'END_SUMMARY', 'TOOLS', 'SYSTEM_PROMPT', 'ROLES', 'ToolCall',
            'ToolResult', 'format_tool_call', 'Param', 'ToolSpec', 'check_arguments', 'make_system_prompt', 'parse_turn',
-           'parse_tool_calls', 'TurnParts', 'turn_parts', 'Message', 'Transcript']
+           'parse_tool_calls', 'TurnParts', 'turn_parts', 'Message', 'Transcript', 'summary_text', 'resume_context',
+           'context_segments']
 
 # %% ../nbs/18_protocol.ipynb #13c006
 SYSTEM, USER, ASSISTANT, END_TURN = "<|system|>", "<|user|>", "<|assistant|>", "<|end_turn|>"
@@ -297,3 +298,34 @@ class Transcript:
             if j == len(ids): raise C2Error(f"not a rendered transcript: the {role} message at token {i} is not closed")
             out.append(Message(role, c.decode(ids[i + 1:j]))); i = j + 1
         return cls(out)
+
+# %% ../nbs/18_protocol.ipynb #13c041
+def summary_text(m: Message) -> str | None:
+    "The summary an assistant turn wrote (`<|summary|>...<|/summary|>`), else None."
+    if m.role != "assistant" or not m.text.startswith(SUMMARY): return None
+    return m.text[len(SUMMARY):].removesuffix(END_SUMMARY)
+
+def resume_context(messages, cut: int, summary: str | None) -> tuple[list[Message], list[Message]]:
+    """The context a new segment starts from after a cut at message `cut` (where the summary request goes): (`fixed`, the
+    head -- the system prompt and the task -- then `summary` as a `summary` message when there is one; `recent`, the
+    last assistant turn before the cut with its tool results). `recent` is what a short context may trim."""
+    msgs = list(messages)
+    head = [m for m in msgs[:2] if m.role in ("system", "user")]
+    before = msgs[:cut]
+    turns = [i for i, m in enumerate(before) if m.role == "assistant" and summary_text(m) is None]
+    recent = [m for m in before[turns[-1]:] if m.role != "summary"] if turns else []
+    return head + ([Message("summary", summary)] if summary is not None else []), recent
+
+def context_segments(messages) -> list[list[Message]]:
+    """The contexts the model generated in, one per segment, of a transcript whose summaries were written in the
+    transcript (a request, then the assistant's `<|summary|>` turn, which ends its segment); the next segment is
+    `resume_context` at the request, then the messages after the summary. Without summaries: one segment, all of it."""
+    msgs = list(messages)
+    segs, ctx, start = [], [], 0
+    for i, m in enumerate(msgs):
+        text = summary_text(m)
+        if text is None or i < 1: continue
+        segs.append(ctx + msgs[start:i + 1])
+        fixed, recent = resume_context(msgs, i - 1, text)
+        ctx, start = fixed + recent, i + 1
+    return segs + [ctx + msgs[start:]]

@@ -7,20 +7,15 @@ from __future__ import annotations
 import logging, os, threading, time
 from pathlib import Path
 import numpy as np
-from .config import C2Error, Config
+from .config import C2Error, Config, rl_context
 from .engine import DecodeServer, Engine, Generation, stream_key
 from .rl import Group, Rollout, Segment
 
 log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['log', 'COMPACTION_PROMPT', 'rl_context', 'EnginePolicy', 'map_abandoning', 'injected_faults', 'Rollouts',
-           'evaluate_checkpoint', 'pass_table']
-
-# %% ../nbs/32_rollout.ipynb #5b843c79
-def rl_context(cfg: Config) -> int:
-    "Context length of a rollout segment: `rl.max_seq_len`, else `model.max_seq_len`."
-    return cfg.rl.max_seq_len or cfg.model.max_seq_len
+__all__ = ['log', 'COMPACTION_PROMPT', 'EnginePolicy', 'map_abandoning', 'injected_faults', 'Rollouts', 'evaluate_checkpoint',
+           'pass_table']
 
 # %% ../nbs/32_rollout.ipynb #400eb805
 COMPACTION_PROMPT = """Your context is full. Write a summary that replaces the conversation so far. Use these sections:
@@ -129,16 +124,12 @@ class EnginePolicy:
         self._summary = text
 
     def _fresh_context(self, transcript) -> list[int]:
-        "The next segment's context: system prompt + task + summary + the most recent turn, fitted to the context."
-        from composer2.protocol import Message
+        "The next segment's context (`composer2.protocol.resume_context` at the cut), its most recent turn trimmed to fit."
+        from composer2.protocol import resume_context
         msgs = list(transcript.messages)
-        head = [m for m in msgs[:2] if m.role in ("system", "user")]
-        before = msgs[:self._cut_at]                      # the conversation before the summary request
-        asst = [i for i, m in enumerate(before) if m.role == "assistant" and not m.text.startswith("<|summary|>")]
-        recent = [m for m in before[asst[-1]:] if m.role != "summary"] if asst else []
-        ids = self._render(head + ([Message("summary", self._summary)] if self._summary is not None else []))
+        fixed, recent = resume_context(msgs, self._cut_at, self._summary)
+        ids, tail = self._render(fixed), self._render(recent)
         room = self.L - self.max_new - 2
-        tail = self._render(recent)
         if len(ids) + len(tail) > room: tail = tail[len(tail) - max(room - len(ids), 0):]
         self._seen = len(msgs)
         return self._fit(ids + tail, room)
