@@ -46,6 +46,8 @@ class Rollout:
     turns: int = 0
     n_summaries: int = 0
     truncated: bool = False                     # cut off by a length limit (what overlong masking drops)
+    prefill: int = 0                            # context tokens the policy encoded (fed to its KV cache), all segments
+    summary_prefill: int = 0                    # ...of them, those a summary cost: its request, and the context after it
 
     @property
     def n_sampled(self) -> int:

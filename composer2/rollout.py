@@ -50,6 +50,7 @@ class EnginePolicy:
         self._seen = 0          # transcript messages already in the context (or deliberately left out of it)
         self.turns = self.n_summaries = 0
         self.cut = False        # a turn hit the token limit
+        self.prefill = self.summary_prefill = 0   # tokens fed to the cache: all, and those a summary cost
         self.summaries: list[str | None] = []
         self._summary, self._cut_at = None, 0
 
@@ -61,9 +62,12 @@ class EnginePolicy:
     def _add_context(self, ids):
         self.ids += ids; self.mask += [0] * len(ids); self.lps += [0.0] * len(ids); self.vers += [-1] * len(ids)
 
-    def _sample(self, prompt_extra: list[int], stop: str) -> tuple[Generation, list[int]]:
-        "Feed `prompt_extra` after the context, generate up to `stop`; record the sampled tokens and the routing of every newly fed position."
+    def _sample(self, prompt_extra: list[int], stop: str, summary_cost: bool = False) -> tuple[Generation, list[int]]:
+        """Feed `prompt_extra` after the context, generate up to `stop`; record the sampled tokens and the routing of every
+        newly fed position, and count the fed tokens (as a summary's cost with `summary_cost`)."""
         self._add_context(prompt_extra)
+        n_fed = len(self.ids) - self.fed
+        self.prefill += n_fed; self.summary_prefill += n_fed * summary_cost
         g = self.server.generate(self.sid, self.ids[self.fed:], self.max_new, stop_ids=(self.tok[stop], self.tok["<|eos|>"]),
                                  reset=self._reset)
         self._reset = False
@@ -92,12 +96,13 @@ class EnginePolicy:
         msgs = list(transcript.messages)
         new = self._render(msgs[self._seen:])
         need = len(self.ids) + len(new) + self.max_new + 2
-        if self.ids and (len(self.ids) + len(new) >= self.trigger * self.L or need > self.L):
+        summarised = bool(self.ids) and (len(self.ids) + len(new) >= self.trigger * self.L or need > self.L)
+        if summarised:
             self._summarise(transcript)
             new = self._fresh_context(transcript)
         elif not self.ids:
             new = self._fit(new, self.L - self.max_new - 2)
-        _, body = self._sample(new + [self.tok["<|assistant|>"]], "<|end_turn|>")
+        _, body = self._sample(new + [self.tok["<|assistant|>"]], "<|end_turn|>", summary_cost=summarised)
         self.turns += 1
         self._seen = len(transcript.messages) + 1        # + the assistant message run_episode appends
         return self.data.decode(body)
@@ -115,7 +120,7 @@ class EnginePolicy:
             if len(self.ids) + len(extra) > room:     # no room to ask here: ask in a context of the head and the newest tokens
                 self._close_segment()
                 extra = self._fit(self._render(msgs), max(room - len(ask), 16)) + ask
-            _, body = self._sample(extra, "<|/summary|>")
+            _, body = self._sample(extra, "<|/summary|>", summary_cost=True)
             text = self.data.decode(body)
             transcript.messages += [request, Message("assistant", f"<|summary|>{text}<|/summary|>")]
         self._close_segment()
@@ -152,7 +157,8 @@ class EnginePolicy:
         terms = rw.as_dict() if hasattr(rw, "as_dict") else {}
         finished = bool(getattr(episode.toolbox, "finished", False))
         return Rollout(self.segments, reward=float(rw.total), terms=terms, solved=bool(episode.solved), turns=self.turns,
-                       n_summaries=self.n_summaries, truncated=self.cut or not finished)
+                       n_summaries=self.n_summaries, truncated=self.cut or not finished, prefill=self.prefill,
+                       summary_prefill=self.summary_prefill)
 
 # %% ../nbs/32_rollout.ipynb #571df343
 def map_abandoning(fn, items: list, workers: int, limit_s: float | None, on_abandon=None, on_progress=None) -> list:
@@ -252,8 +258,9 @@ class Rollouts:
                      seconds=time.perf_counter() - t0, bucket=str(task.meta.get("kind", "")))
 
     def evaluate(self, tasks: list, k: int, concurrency: int = 64, on_progress=None) -> list[dict]:
-        """`k` episodes of each task, `concurrency` at a time: per task the outcomes, rewards, turns, summaries and tokens (a
-        failed episode counts as unsolved, reward 0). Sample j of a task draws from the stream (seed, task, j), so any
+        """`k` episodes of each task, `concurrency` at a time: per task the outcomes, rewards, turns, summaries, `tokens` (all
+        sampled) and per episode `sampled`, `prefill` and `summary_prefill` (`Rollout`) (a failed episode counts as unsolved,
+        reward 0, no tokens). Sample j of a task draws from the stream (seed, task, j), so any
         two evaluations with the same seed -- of one policy or of two -- are paired by common random numbers.
         `on_progress(episodes done)` as in `map_abandoning`."""
         jobs = [t for t in tasks for _ in range(k)]
@@ -263,7 +270,9 @@ class Rollouts:
             rs = ros[i * k:(i + 1) * k]
             out.append(dict(task=t.id, solved=[bool(r and r.solved) for r in rs], rewards=[r.reward if r else 0.0 for r in rs],
                             turns=[r.turns if r else 0 for r in rs], summaries=[r.n_summaries if r else 0 for r in rs],
-                            tokens=sum(r.n_sampled for r in rs if r), errors=sum(r is None for r in rs)))
+                            tokens=sum(r.n_sampled for r in rs if r), errors=sum(r is None for r in rs),
+                            sampled=[r.n_sampled if r else 0 for r in rs], prefill=[r.prefill if r else 0 for r in rs],
+                            summary_prefill=[r.summary_prefill if r else 0 for r in rs]))
         return out
 
 # %% ../nbs/32_rollout.ipynb #20c041
