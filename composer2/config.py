@@ -247,6 +247,7 @@ class TasksConfig:
     n_files: int = opt(2, lo=1, doc="modules per synthetic repository")
     n_distractors: int = opt(1, lo=0, doc="functions unrelated to the bug")
     lines_to_change: int = opt(1, lo=1, doc="bugs to fix per task")
+    lh_min_bugs: int = opt(2, lo=1, hi=3, doc="long-horizon tasks: fewest modules with a bug (up to 3, plus lines_to_change - 1): 1 adds an easier level")
     bug_kinds: list[str] = opt(["operator", "constant", "comparison", "return", "missing"])
     max_turns: int = opt(12, lo=1, doc="agent turns before an episode is cut off")
     docs_search: bool = opt(False, doc="offer the docs_search tool (the standard library's documentation) in the system prompt; "

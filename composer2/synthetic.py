@@ -328,7 +328,7 @@ def _long_task(c: TasksConfig, r: random.Random, context_tokens: int, factor: fl
     "One long-horizon repository whose must-read context exceeds `factor * context_tokens`."
     consts = {k: f(r) for k, f in _CONSTS.items()}
     used, mods = set(), r.sample(_MODULES, min(len(_MODULES), max(4, c.n_files + 2) + r.randint(0, 2)))
-    n_bugs = min(len(mods) - 1, r.randint(2, 3) + c.lines_to_change - 1)
+    n_bugs = min(len(mods) - 1, r.randint(c.lh_min_bugs, 3) + c.lines_to_change - 1)
     bug_mods = mods[:n_bugs]
     cfg_tmpls = _cfg_fns(consts)
     content = {m: [] for m in mods}

@@ -13,7 +13,7 @@ def smoke(tmp_path_factory):
     "Every study reproduced at smoke scale into a scratch results root, once."
     d = tmp_path_factory.mktemp("smoke")
     env = {"C2_RESULTS": str(d / "results"), "C2_JOBS": str(d / "jobs")}
-    r = c2("reproduce", "--scale", "smoke", env=env, timeout=1800)   # every study, three of them RL pipelines (~6 min alone)
+    r = c2("reproduce", "--scale", "smoke", env=env, timeout=1800)   # every study, four of them RL pipelines (~6 min alone)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "reproduce (smoke, local): 0 failed" in r.stdout
     return d / "results", env
@@ -30,6 +30,7 @@ def test_list():
     assert re.search(r"mxfp8_parity\s+Section 6\s+scales: smoke, cpu, gpu", r.stdout)
     assert re.search(r"mtp_speculation\s+Section 3\s+scales: smoke, cpu, gpu", r.stdout)
     assert re.search(r"grpo_variants\s+Section 4.1\s+scales: smoke, cpu, gpu", r.stdout)
+    assert re.search(r"self_summary\s+Section 4.1\s+scales: smoke, cpu, gpu", r.stdout)
 
 def test_cpt_loss_results(smoke):
     out = smoke[0] / "cpt_loss" / "smoke"
@@ -279,3 +280,16 @@ def test_grpo_variants_results(smoke):
     assert all(len(m["adv_share_per_step"][n]) == steps and 0 <= m["adv_share"][n] <= 1 for n in m["runs"])
     assert {c["id"] for c in res["claims"]} == {"std_norm_weights_equals", "length_norm_lengthens_failures", "dr_grpo_not_below",
                                                 "dr_grpo_learns", "dr_grpo_beats_control"}
+
+def test_self_summary_results(smoke):
+    """Three arms from one SFT checkpoint on the long-horizon suite, each evaluated before and after on the same held-out
+    tasks, with per-episode token and prefill accounting (the smoke policy is too weak to fill its context: the claims
+    need the cpu scale)."""
+    res = json.loads((smoke[0] / "self_summary" / "smoke" / "results.json").read_text())
+    assert res["status"] == "ok", res
+    m = res["metrics"]
+    assert m["arms"] == ["self", "prompt", "truncate"] and all(len(m["evals"][a]) == 2 for a in m["arms"])
+    n = m["n_eval_tasks"]
+    assert all(len(m["per_task_last"][a]) == n and all(r["tokens"] > 0 and 1 <= r["level"] <= 3 for r in m["per_task_last"][a]) for a in m["arms"])
+    assert {c["id"] for c in res["claims"]} == {"self_beats_prompt", "self_beats_truncate", "self_fewer_tokens",
+                                                "summaries_rise_with_difficulty", "rl_trains_summaries", "episodes_overflow"}
