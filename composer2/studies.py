@@ -65,6 +65,8 @@ STUDIES = {s.name: s for s in [
     Study("self_summary", "Section 4.1", "Self-summary vs prompt-based compaction vs truncation on long-horizon tasks, RL from one SFT checkpoint",
           "Self-summarisation trained with the final reward halved the error of a prompt-based compaction baseline with about a "
           "fifth of the tokens, reusing the KV cache; hard tasks summarise several times."),
+    Study("cpt_to_rl", "Figure 2 (left)", "Post-SFT loss at three continued-pretraining levels against the reward of identical RL runs",
+          "A lower loss after continued pretraining goes with a higher reward after a fixed amount of RL.", shares="best_of_k"),
 ]}
 SCALES = ["smoke", "cpu", "gpu"]
 RESERVED = {"scale": "--scale", "out_dir": "--out"}   # parameters the runner sets itself

@@ -13,7 +13,7 @@ def smoke(tmp_path_factory):
     "Every study reproduced at smoke scale into a scratch results root, once."
     d = tmp_path_factory.mktemp("smoke")
     env = {"C2_RESULTS": str(d / "results"), "C2_JOBS": str(d / "jobs")}
-    r = c2("reproduce", "--scale", "smoke", env=env, timeout=1800)   # every study, four of them RL pipelines (~6 min alone)
+    r = c2("reproduce", "--scale", "smoke", env=env, timeout=1800)   # every study, five of them RL pipelines (~6 min alone)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "reproduce (smoke, local): 0 failed" in r.stdout
     return d / "results", env
@@ -31,6 +31,7 @@ def test_list():
     assert re.search(r"mtp_speculation\s+Section 3\s+scales: smoke, cpu, gpu", r.stdout)
     assert re.search(r"grpo_variants\s+Section 4.1\s+scales: smoke, cpu, gpu", r.stdout)
     assert re.search(r"self_summary\s+Section 4.1\s+scales: smoke, cpu, gpu", r.stdout)
+    assert re.search(r"cpt_to_rl\s+Figure 2 \(left\)\s+scales: smoke, cpu, gpu", r.stdout)
 
 def test_cpt_loss_results(smoke):
     out = smoke[0] / "cpt_loss" / "smoke"
@@ -293,3 +294,14 @@ def test_self_summary_results(smoke):
     assert all(len(m["per_task_last"][a]) == n and all(r["tokens"] > 0 and 1 <= r["level"] <= 3 for r in m["per_task_last"][a]) for a in m["arms"])
     assert {c["id"] for c in res["claims"]} == {"self_beats_prompt", "self_beats_truncate", "self_fewer_tokens",
                                                 "summaries_rise_with_difficulty", "rl_trains_summaries", "episodes_overflow"}
+
+def test_cpt_to_rl_results(smoke):
+    """Three cpt levels through the same SFT and identical RL runs; the `small` level is best_of_k's pipeline (shared: the
+    same SFT checkpoint), more continued pretraining ends lower, and every level x seed has its RL point."""
+    res = json.loads((smoke[0] / "cpt_to_rl" / "smoke" / "results.json").read_text())
+    bk = json.loads((smoke[0] / "best_of_k" / "smoke" / "results.json").read_text())["metrics"]
+    assert res["status"] == "ok", res
+    m = res["metrics"]
+    assert m["stages"]["small"]["sft"]["internal_nll"] == bk["stages"]["sft"]["internal_nll"]
+    assert len(m["points"]) == len(m["levels"]) * len(m["seeds"]) and m["levels"] == ["small", "medium", "large"]
+    assert {c["id"]: c["holds"] for c in res["claims"]}["sft_loss_ordered"] is True
