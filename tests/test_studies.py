@@ -274,7 +274,7 @@ def test_grpo_variants_results(smoke):
     bk = json.loads((smoke[0] / "best_of_k" / "smoke" / "results.json").read_text())["metrics"]
     assert res["status"] == "ok", res
     m = res["metrics"]
-    assert m["runs"] == ["rl", "std_norm", "length_norm", "overlong_mask", "shuffle"]
+    assert m["runs"] == ["rl", "std_norm", "length_norm", "overlong_mask", "rl_replicate", "shuffle"]
     assert m["evals"]["rl"] == bk["evals"]["rl"] and m["evals"]["shuffle"] == bk["evals"]["shuffle"]   # trained once, for both
     assert all(m["evals"][n][0] == m["evals"]["rl"][0] for n in m["runs"])                             # one starting policy
     steps = load_config("smoke", overrides=res["params"]["config"]).rl.steps
