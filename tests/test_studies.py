@@ -140,7 +140,7 @@ def test_best_of_k_results(smoke):
     m = res["metrics"]
     c = load_config(res["params"]["base_scale"], overrides=res["params"]["config"])   # what the study's runs were given
     assert set(m["stages"]) == {"base", "cpt-small", "mtp", "long", "sft"} and m["stages"]["sft"]["steps"] == c.pretrain.sft_steps
-    assert m["runs"] == ["rl", "shuffle"] and m["ks"] == [1, 2]      # the real run and the reward-shuffle control
+    assert m["runs"] == ["rl", "rl_replicate", "shuffle"] and m["ks"] == [1, 2]      # the real run, its replicate, the reward-shuffle control
     for run in m["runs"]:
         assert len(m["steps"][run]) == m["rl"][run]["steps"] == c.rl.steps
         assert [int(e["step"]) for e in m["evals"][run]] == list(range(0, c.rl.steps + 1, c.rl.eval_every))
@@ -148,9 +148,9 @@ def test_best_of_k_results(smoke):
             assert e["best_of_1"] == e["pass_at_1"] and 0 <= e["best_of_1"] <= e["best_of_2"] <= 1 and e["n_tasks"] == c.tasks.n_eval
         for d in m["deltas"][run].values(): assert d["lo"] <= d["mean"] <= d["hi"] and d["n"] == c.tasks.n_eval
         assert m["trend"][run]["lo"] <= m["trend"][run]["slope"] <= m["trend"][run]["hi"]
-    assert m["evals"]["shuffle"][0] == m["evals"]["rl"][0]   # the control shares the real run's step-0 evaluation (same weights, same streams)
+    assert m["evals"]["shuffle"][0] == m["evals"]["rl"][0] == m["evals"]["rl_replicate"][0]   # one step-0 evaluation (same weights, same streams)
     assert {c["id"] for c in res["claims"]} == {"sft_keeps_base", "sft_solves_some", "pass1_rises", "best_of_k_rises",
-                                                "train_reward_rises", "control_flat", "malformed_calls_fall", "train_reward_beats_control",
+                                                "train_reward_rises", "pass1_rises_replicate", "control_flat", "malformed_calls_fall", "train_reward_beats_control",
                                                 "eval_precise"}
     for run in m["runs"]: assert m["malformed_trend"][run]["lo"] <= m["malformed_trend"][run]["slope"] <= m["malformed_trend"][run]["hi"]
     pt = m["paired_trend"]   # real minus control per prompt: every prompt both runs trained, each at the step the real run took it
