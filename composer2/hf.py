@@ -312,14 +312,15 @@ class ChatPolicy:
     transcript with the model's chat template, samples up to `max_new_tokens` or a `turn_end_ids` token (greedy at
     temperature 0; else seeded by `stream`, turn by turn) and returns the reply's text, special tokens kept (ours are
     the tool-call markers of an exported composer2 model). A turn whose prompt and reply would pass `max_context` tokens
-    is empty (which ends the episode). `generated` counts the sampled tokens; `prompts` keeps the rendered text of every turn."""
+    is empty (which ends the episode). `generated` counts the sampled tokens, `prefill` the prompt tokens encoded (the
+    whole transcript every turn: no KV cache is kept between turns); `prompts` keeps the rendered text of every turn."""
     _lock = threading.Lock()                          # one generate() at a time: episodes on threads share the model
     def __init__(self, hf, tok, temperature: float = 0.0, max_new_tokens: int = 256, stream: int = 0, top_p: float = 1.0,
                  max_context: int | None = None):
         if getattr(tok, "chat_template", None) is None: raise C2Error("the tokenizer has no chat template: ChatPolicy needs one")
         self.hf, self.tok, self.T, self.top_p, self.max_new, self.stream = hf.eval(), tok, temperature, top_p, max_new_tokens, stream
         self.roles, self.stop, self.generated, self.prompts = chat_roles(tok), turn_end_ids(tok), 0, []
-        self.max_context = max_context
+        self.max_context, self.prefill = max_context, 0
 
     @torch.no_grad()
     def act(self, transcript, toolbox=None) -> str:
@@ -330,6 +331,7 @@ class ChatPolicy:
         ids = self.tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self.hf.device)
         room = self.max_new if self.max_context is None else min(self.max_new, self.max_context - ids.shape[1])
         if room <= 0: return ""                         # no room left: an empty turn ends the episode
+        self.prefill += ids.shape[1]
         kw = dict(do_sample=False) if self.T == 0 else dict(do_sample=True, temperature=self.T, top_p=self.top_p, top_k=0)
         pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.stop[-1]
         with self._lock:
@@ -345,14 +347,16 @@ class ChatPolicy:
 def evaluate_chat(cfg: Config, path, tasks: list, k: int, seed: int = 0, on_progress=None) -> list[dict]:
     """`k` episodes of each task by the chat model at `path` through `ChatPolicy` (`cfg.rl`'s temperature and
     max_new_tokens, the context of `rl_context`; sample j of a task seeded by the stream (seed, task, j)), one at a time in the harness's sandboxes:
-    per task the results of `Rollouts.evaluate` (an episode that raised counts as unsolved, reward 0, in `errors`)."""
+    per task the results of `Rollouts.evaluate` (an episode that raised counts as unsolved, reward 0, in `errors`); its
+    `prefill` is the chat path's own (the whole transcript re-encoded every turn)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from composer2.episode import run_episode
     from composer2.config import rl_context
     hf, tok = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), AutoTokenizer.from_pretrained(path)
     out, done = [], 0
     for t in tasks:
-        row = dict(task=t.id, solved=[], rewards=[], turns=[], summaries=[0] * k, tokens=0, errors=0)
+        row = dict(task=t.id, solved=[], rewards=[], turns=[], summaries=[0] * k, tokens=0, errors=0, sampled=[], prefill=[],
+                   summary_prefill=[0] * k)
         for j in range(k):
             pol = ChatPolicy(hf, tok, cfg.rl.temperature, cfg.rl.max_new_tokens, stream=stream_key("eval", seed, t.id, j),
                              max_context=rl_context(cfg))
@@ -362,6 +366,7 @@ def evaluate_chat(cfg: Config, path, tasks: list, k: int, seed: int = 0, on_prog
                 ep = None; row["errors"] += 1
             row["solved"].append(bool(ep and ep.solved)); row["rewards"].append(ep.reward.total if ep else 0.0)
             row["turns"].append(ep.turns if ep else 0); row["tokens"] += pol.generated
+            row["sampled"].append(pol.generated if ep else 0); row["prefill"].append(pol.prefill if ep else 0)
             done += 1
             if on_progress: on_progress(done)
         out.append(row)

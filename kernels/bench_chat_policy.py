@@ -37,12 +37,14 @@ def main():
     export_hf(load_checkpoint(a.checkpoint)[0], hf_dir, data)
     t = time.perf_counter(); ours = evaluate_checkpoint(cfg, data, a.checkpoint, tasks, 1); t_engine = time.perf_counter() - t
     t = time.perf_counter(); chat = evaluate_chat(cfg, hf_dir, tasks, 1); t_chat = time.perf_counter() - t
-    same = [x == y for x, y in zip(ours, chat)]
+    outcome = lambda r: {k: v for k, v in r.items() if k != "prefill"}   # prefill is each path's own (the chat path re-encodes)
+    same = [outcome(x) == outcome(y) for x, y in zip(ours, chat)]
     total = lambda res, key: sum(sum(r[key]) for r in res)
     out = dict(device=f"cpu {platform.machine()} ({torch.get_num_threads()} threads)" if not torch.cuda.is_available() else torch.cuda.get_device_name(),
                torch=torch.__version__, checkpoint=a.checkpoint, settings=a.set, tasks=len(tasks), identical=sum(same),
                solved=dict(engine=total(ours, "solved"), chat=total(chat, "solved")), turns=dict(engine=total(ours, "turns"), chat=total(chat, "turns")),
                seconds=dict(engine=round(t_engine, 1), chat=round(t_chat, 1)),
+               prefill_tokens=dict(engine=total(ours, "prefill"), chat=total(chat, "prefill")),
                differ=[dict(task=x["task"], engine=dict(turns=x["turns"], tokens=x["tokens"], solved=x["solved"]),
                             chat=dict(turns=y["turns"], tokens=y["tokens"], solved=y["solved"])) for x, y, s in zip(ours, chat, same) if not s])
     print(f"{out['identical']} of {out['tasks']} episodes identical; solved {out['solved']['engine']} (engine) vs {out['solved']['chat']} "
