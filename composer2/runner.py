@@ -299,13 +299,16 @@ def _md_inline_html(text: str) -> str:
 # %% ../nbs/09_runner.ipynb #08c018-9
 def build_index(root=None) -> Path:
     """Write `index.md` and `index.html` over every `*/*/results.json` under `root` (default `results_root()`): a summary
-    table (claims holding per study and scale), then one section per run -- the report's finding, the run's figures at a
-    readable size, its claims table, links to the executed notebook and `results.json`."""
+    table (claims holding per study and scale; a registered study with no run yet gets a row saying how to run it), then
+    one section per run -- the report's finding, the run's figures at a readable size, its claims table, links to the
+    executed notebook and `results.json`."""
     root = Path(root or results_root()); root.mkdir(parents=True, exist_ok=True)
     runs = index_runs(root)
+    missing = [s for n, s in STUDIES.items() if not any(r["study"] == n for r in runs)] if runs else []
     md = ["# Study results", "", INDEX_INTRO, "", "| study | reproduces | scale | claims holding | code | finished |",
           "|---|---|---|---|---|---|"]
     md += [f"| [{r['study']}](#{_anchor(r)}) | {r['reproduces']} | {r['scale']} | {_holding(r)} | {r['code']} | {r['when']} |" for r in runs]
+    md += [f"| {s.name} | {s.reproduces} | | not run yet: `c2 study run {s.name} --scale cpu` | | |" for s in missing]
     if not runs: md.append("| no results yet: run `make reproduce` | | | | | |")
     for r in runs:
         md += ["", f'<a id="{_anchor(r)}"></a>', f"## {r['study']} ({r['scale']}): {r['title']}", "",
@@ -322,6 +325,8 @@ def build_index(root=None) -> Path:
     summary = "".join(f'<tr><td><a href="#{e(_anchor(r))}">{e(str(r["study"]))}</a></td><td>{e(r["reproduces"])}</td>'
                       f'<td>{e(r["scale"])}</td><td class="{"failed" if r["status"] != "ok" else "n"}">{e(_holding(r))}</td>'
                       f'<td>{e(r["code"])}</td><td>{e(r["when"])}</td></tr>' for r in runs)
+    summary += "".join(f'<tr><td>{e(s.name)}</td><td>{e(s.reproduces)}</td><td></td><td class="missing">not run yet: '
+                       f'<code>c2 study run {e(s.name)} --scale cpu</code></td><td></td><td></td></tr>' for s in missing)
     sections = []
     for r in runs:
         figs = "".join(f'<a href="{e(f)}"><img src="{e(f)}" alt="{e(str(r["study"]))} figure"></a>' for f in r["figures"])
@@ -342,7 +347,7 @@ body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px;
 table {{ border-collapse: collapse; margin: 0.5em 0; }} td, th {{ border: 1px solid #ccc; padding: 6px 8px; vertical-align: top; text-align: left; }}
 section img {{ display: block; max-width: 100%; margin: 0.5em 0; }} .report {{ background: #f4f4f8; padding: 0.6em; }}
 tr.holds td:last-child {{ color: #11691e; font-weight: bold; }} tr.nothold td:last-child, .failed {{ color: #b00020; font-weight: bold; }}
-.meta {{ color: #555; font-size: 90%; }}
+.meta {{ color: #555; font-size: 90%; }} .missing {{ color: #555; font-style: italic; }}
 </style></head><body>
 <h1>Study results</h1>
 <p>{_md_inline_html(INDEX_INTRO)}</p>
