@@ -101,9 +101,9 @@ def read_ledger(run: Path) -> list[dict]:
     return read_jsonl(Path(run) / "ledger.jsonl")
 
 # %% ../nbs/34_async_rl.ipynb #15c029-m
-def read_metrics(run: Path | str) -> list[dict]:
-    "The per-step rows of a run's metrics.csv as floats (empty cells left out); [] before the first step."
-    path = Path(run) / "metrics.csv"
+def read_metrics(run: Path | str, name: str = "metrics.csv") -> list[dict]:
+    "The rows of a run's `name` (metrics.csv: one per step; eval.csv: one per evaluation) as floats (empty cells left out); [] before the first."
+    path = Path(run) / name
     if not path.exists(): return []
     with open(path, newline="") as f: return [{k: float(v) for k, v in r.items() if v != ""} for r in csv.DictReader(f)]
 

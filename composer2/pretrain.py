@@ -21,7 +21,7 @@ from .train import build_model, codebase_nll, load_checkpoint, lr_at, read_torch
 # %% auto #0
 __all__ = ['PEAK_BF16_FLOPS', 'StagePlan', 'stage_dir', 'stage_plan', 'WindowStream', 'TranscriptStream', 'render_transcript',
            'sft_examples', 'mix_oracle', 'flops_per_token', 'peak_flops', 'PretrainModule', 'AtomicCheckpointIO',
-           'StageCallback', 'read_losses', 'run_plan', 'run_stage', 'train']
+           'StageCallback', 'read_losses', 'run_plan', 'run_stage', 'run_pipeline', 'train']
 
 # %% ../nbs/31_pretrain.ipynb #07c006-1
 @dataclass
@@ -395,6 +395,16 @@ def run_stage(cfg: Config, stage: str, level: str | None = None, data: DataDir |
     "Run (or resume, or skip if done) one stage of the pipeline into `stage_dir`; return its summary."
     plan = stage_plan(cfg, stage, level)
     return run_plan(cfg, plan, stage_dir(cfg, plan.name), data, progress)
+
+# %% ../nbs/31_pretrain.ipynb #07c018-4
+def run_pipeline(cfg: Config, data: DataDir | None = None, progress: bool = True) -> dict:
+    """The stages an RL run starts from, in order, each run, resumed or found done by `run_stage`: base, the
+    continued-pretraining level the MTP and long-context stages continue from (`pretrain.mtp_from`, under `cpt-LEVEL`),
+    mtp, long, sft. Returns {stage: summary}; what the stages took is the sum of their `seconds`."""
+    lv = cfg.pretrain.mtp_from
+    stages = {"base": run_stage(cfg, "base", data=data, progress=progress), f"cpt-{lv}": run_stage(cfg, "cpt", lv, data, progress)}
+    for st in ("mtp", "long", "sft"): stages[st] = run_stage(cfg, st, data=data, progress=progress)
+    return stages
 
 # %% ../nbs/31_pretrain.ipynb #07c021-1
 def train(cfg: Config, data: DataDir | None = None, out: str | Path | None = None, progress: bool = True) -> dict:

@@ -11,10 +11,10 @@ import numpy as np, yaml
 from .config import C2Error, atomic_write, load_config, repo_root, to_yaml
 
 # %% auto #0
-__all__ = ['STUDIES', 'SCALES', 'RESERVED', 'RUN_PLACES', 'Study', 'studies_dir', 'results_root', 'jobs_dir', 'get_study',
-           'study_scales', 'notebook_parameters', 'coerce_param', 'split_assignment', 'config_override', 'load_scale',
-           'resolve_params', 'claim', 'write_results', 'load_results', 'save_figure', 'set_theme', 'Checkpoint',
-           'paired_bootstrap', 'slope_interval', 'run_key', 'study_runs', 'config_key']
+__all__ = ['STUDIES', 'SCALES', 'RESERVED', 'RUN_PLACES', 'PIPELINE_SECTIONS', 'Study', 'studies_dir', 'results_root', 'jobs_dir',
+           'get_study', 'study_scales', 'notebook_parameters', 'coerce_param', 'split_assignment', 'config_override',
+           'load_scale', 'resolve_params', 'claim', 'write_results', 'load_results', 'save_figure', 'set_theme',
+           'Checkpoint', 'paired_bootstrap', 'slope_interval', 'run_key', 'study_runs', 'config_key', 'pipeline_key']
 
 # %% ../nbs/08_studies.ipynb #08c005
 @dataclass(frozen=True)
@@ -325,3 +325,13 @@ def config_key(cfg, sections=None, exclude=()) -> str:
             if v: out[s] = v
         elif v != base.get(s): out[s] = v
     return run_key(yaml.safe_dump(out, sort_keys=True))
+
+# %% ../nbs/08_studies.ipynb #b0c7e1a5
+PIPELINE_SECTIONS = ("data", "model", "train", "pretrain", "tasks", "sample", "sandbox", "reward")
+
+def pipeline_key(cfg, *extra) -> str:
+    """`config_key` of what the pretraining pipeline's stages (base to SFT) depend on: every section but `rl` (and the
+    `extra` sections a study's stages also read), without the task counts -- the oracle's transcripts come from the first
+    `pretrain.sft_oracle` train tasks whatever the split's size. RL runs of every setting start from the stages under
+    one key."""
+    return config_key(cfg, [*PIPELINE_SECTIONS, *extra], exclude=["tasks.n_train", "tasks.n_eval"])
