@@ -13,7 +13,7 @@ from .runner import StudyFailed, build_index, check_out_dir, default_out, run_st
 
 # %% auto #0
 __all__ = ['LOCAL_SLURM_DIR', 'RESOURCE_KEYS', 'slurm_env', 'use_slurm_env', 'slurm_problem', 'StudyJob', 'job_resources',
-           'expand_sweeps', 'submit_study', 'wait_jobs', 'study_jobs', 'reproduce_plan', 'reproduce']
+           'expand_sweeps', 'submit_study', 'wait_jobs', 'study_jobs', 'scratch_seconds', 'reproduce_plan', 'reproduce']
 
 # %% ../nbs/10_dispatch.ipynb #08c021
 LOCAL_SLURM_DIR = "/var/tmp/c2-slurm"
@@ -184,19 +184,28 @@ def study_jobs(limit: int | None = 20) -> list[dict]:
     return recs
 
 # %% ../nbs/10_dispatch.ipynb #1c687509
+def scratch_seconds(name: str, scale: str = "cpu") -> float | None:
+    """What study `name` takes at `scale` on a fresh machine, by its last run here (`results.json` under
+    `results_root()`): its `scratch_s` (wall time plus the training it found in its run cache), else its wall time;
+    None if it never ran here."""
+    try: res = json.loads((default_out(name, scale) / "results.json").read_text())
+    except (OSError, ValueError): return None
+    v = res.get("scratch_s", res.get("wall_time_s"))
+    return float(v) if isinstance(v, (int, float)) else None
+
+def _minutes_left(names, scale) -> str:
+    t = [scratch_seconds(n, scale) for n in names]
+    unknown = sum(v is None for v in t)
+    return f"~{sum(v for v in t if v) / 60:.0f} min" + (f" plus {unknown} never run here" if unknown else "")
+
 def reproduce_plan(scale: str = "cpu") -> str:
-    """What `reproduce` is about to do, in words: each study with the minutes its last run at this scale took (from
-    its `results.json` under `results_root()`), the total, and where the results go."""
-    parts, total, unknown = [], 0.0, 0
-    for n in STUDIES:
-        try: wall = json.loads((default_out(n, scale) / "results.json").read_text()).get("wall_time_s")
-        except (OSError, ValueError): wall = None
-        if isinstance(wall, (int, float)): parts.append(f"{n} ~{max(wall / 60, 1):.0f} min"); total += wall
-        else: parts.append(f"{n} (never run here)"); unknown += 1
-    est = f"~{max(total / 60, 1):.0f} min in all" + (f" plus {unknown} never run here" if unknown else "")
+    """What `reproduce` is about to do, in words: each study with the minutes it takes from scratch by its last run at
+    this scale (`scratch_seconds`), the total, and where the results go."""
+    parts = [f"{n} ~{max(s / 60, 1):.0f} min" if (s := scratch_seconds(n, scale)) is not None else f"{n} (never run here)" for n in STUDIES]
     where = results_root()
     note = " (the committed results: they are replaced)" if where == (studies_dir() / "results").resolve() else ""
-    return f"{len(STUDIES)} studies at scale {scale}: {', '.join(parts)}; {est}, timed by their last runs. Results go to {where}{note}."
+    return (f"{len(STUDIES)} studies at scale {scale}: {', '.join(parts)}; {_minutes_left(STUDIES, scale)} in all, timed by "
+            f"their last runs with the training found in their run caches (what a fresh machine pays). Results go to {where}{note}.")
 
 # %% ../nbs/10_dispatch.ipynb #08c029
 def reproduce(scale: str = "cpu", executor: str = "local") -> list[str]:
@@ -208,9 +217,11 @@ def reproduce(scale: str = "cpu", executor: str = "local") -> list[str]:
     print(reproduce_plan(scale), flush=True)
     failed = []
     if executor == "local":
-        for n in STUDIES:
+        names = list(STUDIES)
+        for i, n in enumerate(names):
             try: run_study(n, scale, rebuild_index=False)
             except StudyFailed as e: print(f"{n} ({scale}): FAILED: {e}", flush=True); failed.append(n)
+            if i + 1 < len(names): print(f"reproduce: {i + 1} of {len(names)} studies done, {_minutes_left(names[i + 1:], scale)} left", flush=True)
     else:
         jobs = {n: submit_study(n, scale, "slurm") for n in STUDIES}
         for n, js in jobs.items():

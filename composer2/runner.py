@@ -218,7 +218,7 @@ def run_study(name: str, scale: str = "cpu", out=None, overrides=(), rebuild_ind
     res.update(status="failed" if error else "ok", error=error, params=params, versions=_versions(), device=device_info(),
                **provenance(), started=started.isoformat(timespec="seconds"),
                finished=dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds"),
-               wall_time_s=round(wall, 2), notebook=nb_out.name, html=page, log=log_path.name,
+               wall_time_s=round(wall, 2), scratch_s=round(wall + float(res.get("cached_s") or 0), 1), notebook=nb_out.name, html=page, log=log_path.name,
                figures=sorted(p.name for p in out.glob("*.png")))
     if not error: res.pop("error")
     _write_json(res_path, res)

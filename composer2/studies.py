@@ -13,8 +13,9 @@ from .config import C2Error, atomic_write, load_config, repo_root, to_yaml
 # %% auto #0
 __all__ = ['STUDIES', 'SCALES', 'RESERVED', 'RUN_PLACES', 'PIPELINE_SECTIONS', 'Study', 'studies_dir', 'results_root', 'jobs_dir',
            'get_study', 'study_scales', 'notebook_parameters', 'coerce_param', 'split_assignment', 'config_override',
-           'load_scale', 'resolve_params', 'claim', 'write_results', 'load_results', 'save_figure', 'set_theme',
-           'Checkpoint', 'paired_bootstrap', 'slope_interval', 'run_key', 'study_runs', 'config_key', 'pipeline_key']
+           'load_scale', 'resolve_params', 'claim', 'write_results', 'cached_seconds', 'load_results', 'save_figure',
+           'set_theme', 'Checkpoint', 'paired_bootstrap', 'slope_interval', 'run_key', 'study_runs', 'config_key',
+           'pipeline_key']
 
 # %% ../nbs/08_studies.ipynb #08c005
 @dataclass(frozen=True)
@@ -226,12 +227,22 @@ def _write_json(path: Path, obj):
     atomic_write(path, json.dumps(_jsonable(obj), indent=1) + "\n")
 
 # %% ../nbs/08_studies.ipynb #08c011-4
-def write_results(out_dir, study: str, scale: str, metrics: dict, claims: list[dict], **extra) -> Path:
-    "Write `results.json` of a study run: metrics and claims (the runner adds params, versions, device, wall time)."
+def write_results(out_dir, study: str, scale: str, metrics: dict, claims: list[dict], cached_s: float = 0.0, **extra) -> Path:
+    """Write `results.json` of a study run: metrics and claims (the runner adds params, versions, device, wall time).
+    `cached_s`: seconds of training this run found done in the study's run cache (`cached_seconds`), which a run on a
+    fresh machine pays on top of this one's wall time -- the runner's `scratch_s`, what `reproduce` plans with."""
     get_study(study)
     path = Path(out_dir) / "results.json"
-    _write_json(path, {"study": study, "scale": scale, "status": "ok", "metrics": metrics, "claims": claims, **extra})
+    _write_json(path, {"study": study, "scale": scale, "status": "ok", "metrics": metrics, "claims": claims,
+                       "cached_s": round(float(cached_s), 1), **extra})
     return path
+
+# %% ../nbs/08_studies.ipynb #08c011-4c
+def cached_seconds(*summaries) -> float:
+    """The training seconds among `summaries` (what `run_stage`, `run_plan`, `train` and `run_rl` return) that were
+    found done (`skipped`) rather than trained now. Pass only the runs the study owns: a run it shares with a study that
+    `reproduce` runs first is paid there."""
+    return float(sum(s.get("seconds") or 0 for s in summaries if s.get("skipped")))
 
 # %% ../nbs/08_studies.ipynb #08c011-5
 def load_results(out_dir) -> dict:
