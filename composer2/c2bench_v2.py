@@ -168,7 +168,10 @@ def v2_candidates(unit: str, layout: dict, sources: dict[str, str], seed: int = 
     code = {p: sources[p] for p in layout["code"]}
     u = _Unit(unit, code, {p: live_defs(p, t) for p, t in code.items()})
     found = removal_changes(u) + rename_changes(u) + branch_changes(u)
-    found += [dataclasses.replace(c, category="underspecified") for c in found if c.kind == "callers" and len(c.paths) > 1]
+    # a third of the helpers removed with callers in other files become underspecified tasks: the same change, never twice
+    found = [dataclasses.replace(c, category="underspecified") if c.kind == "callers" and len(c.paths) > 1 and int(c.id[-8:], 16) % 3 == 0
+             else c for c in found]
+    found = list({c.edits: c for c in sorted(found, key=lambda c: c.id, reverse=True)}.values())   # one change, one task
     found = [c for c in found if _approx_lines(c) >= V2_MIN_LINES[c.kind] and (c.kind != "rename" or len(c.paths) > 1 or _approx_lines(c) >= 5)]
     rng, out = random.Random(f"c2bench-v2:{seed}:{unit}"), {}
     for cat in V2_CATEGORIES:
