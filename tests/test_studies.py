@@ -87,7 +87,12 @@ def test_c2bench_results(smoke):
     assert {c["id"] for c in res["claims"]} >= {"c2bench_size", "prompts_terse", "fixes_small", "revalidated", "regenerates"}
     m = res["metrics"]
     assert m["revalidation"]["n"] == res["params"]["n_revalidate"] == m["revalidation"]["ok"] and m["rebuild"]["identical"]
-    assert {"fig_stats.png", "fig_stats.svg", "fig_outcomes.png", "fig_outcomes.svg"} <= {p.name for p in out.iterdir()}
+    assert {"fig_stats.png", "fig_stats.svg", "fig_outcomes.png", "fig_outcomes.svg", "fig_v2.png"} <= {p.name for p in out.iterdir()}
+    # v2: the oracle solved and the random policy failed the sampled tasks through the real tools, judge and sandbox
+    v2 = m["v2"]
+    assert {"v2_changes_large", "v2_multi_file", "v2_oracle_solves", "v2_random_fails", "v2_regenerates"} <= {c["id"] for c in res["claims"]}
+    assert v2["revalidation"]["n"] == res["params"]["n_revalidate_v2"] == v2["revalidation"]["ok"] and v2["rebuild"]["identical"]
+    assert len(v2["policies"]["tasks"]) == res["params"]["n_policy_v2"] and v2["policies"]["oracle"] == 1 and v2["stats"]["lines_changed"]["median"] >= 30
 
 BROWSER_PROBE = """<!doctype html><html><body><iframe id="f" src="index.html" style="width:1200px;height:900px"></iframe>
 <pre id="out">pending</pre><script>
