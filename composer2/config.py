@@ -241,6 +241,7 @@ class SandboxConfig:
 class TasksConfig:
     "The task suites (composer2.synthetic, composer2.c2bench)."
     suite: str = opt("synthetic", choices=SUITES)
+    c2bench_version: str = opt("v1", doc="which shipped c2bench tier the c2bench suite loads (v1: one-site mutations; v2: bigger changes, whose judges run whole package test suites: give them sandbox.timeout 300)")
     n_train: int = opt(200, lo=1)
     n_eval: int = opt(50, lo=1)
     seed: int = opt(0)

@@ -21,7 +21,7 @@ def load_suite(cfg: Config, split: str, n: int | None = None) -> list[Task]:
     if s == "synthetic": return synthetic_suite(cfg.tasks, split, n)
     if s == "long_horizon": return long_horizon_suite(cfg.tasks, split, n, context_tokens=cfg.model.max_seq_len)
     if s == "c2bench":
-        tasks = c2bench_suite(split=split)
+        tasks = c2bench_suite(cfg.tasks.c2bench_version, split=split)
         return tasks if n is None else tasks[:n]
     raise C2Error(f"unknown suite {s!r} (choose from synthetic, long_horizon, c2bench)")
 
@@ -35,7 +35,7 @@ def find_task(cfg: Config, task_id: str) -> Task:
         return load_suite(c, m.group(2), n=i + 1)[i]
     why = ""
     try:
-        for t in c2bench_suite():
+        for t in c2bench_suite(cfg.tasks.c2bench_version):
             if t.id == task_id: return t
     except C2Error as e: why = f"; c2bench: {e}"
     raise C2Error(f"unknown task id {task_id!r} (synthetic: syn-SPLIT-N, long-horizon: lh-SPLIT-N, or a c2bench id{why})")
