@@ -112,13 +112,16 @@ def token_logprobs(model, batch: dict, replay: bool = True, temperature: float =
     at = at.to(ids.device) & valid[:, 1:]
     rep = batch.get("experts") if replay else None
     fallback = rep is not None and model.cfg.replay_fallback
-    out = model(ids[:, :-1], valid=valid[:, :-1], replay=rep, capture=fallback, logits_at=at)
+    v = valid[:, :-1]
+    # collate pads on the right, so causal attention alone keeps every real token from seeing padding: without `valid`
+    # the forward takes SDPA's causal kernel, which skips the blocks above the diagonal, instead of a [B, 1, T, T] mask
+    prefix = bool((v == (torch.arange(v.shape[1], device=v.device) < v.sum(1, keepdim=True))).all())
+    out = model(ids[:, :-1], valid=None if prefix else v, replay=rep, capture=fallback, logits_at=at)
     logp = (out.logits.float() / (temperature or 1.0)).log_softmax(-1)          # [N, V], N = sampled positions
     zeros = torch.zeros(at.shape, dtype=logp.dtype, device=logp.device)
     lp = zeros.masked_scatter(at, logp.gather(-1, ids[:, 1:][at][:, None]).squeeze(-1))
     rate = 0.0
     if fallback:   # slots where the routing used differs from the replayed one, over real positions
-        v = valid[:, :-1]
         changed = (out.experts != rep.to(out.experts.device))[v]
         rate = float(changed.float().mean()) if changed.numel() else 0.0
     if not entropy: return lp, rate
