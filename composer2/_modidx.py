@@ -61,6 +61,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                    'composer2.c2bench._revalidate_one': ('c2bench.html#_revalidate_one', 'composer2/c2bench.py'),
                                    'composer2.c2bench._sha': ('c2bench.html#_sha', 'composer2/c2bench.py'),
                                    'composer2.c2bench._summary': ('c2bench.html#_summary', 'composer2/c2bench.py'),
+                                   'composer2.c2bench._write_version': ('c2bench.html#_write_version', 'composer2/c2bench.py'),
                                    'composer2.c2bench.build_c2bench': ('c2bench.html#build_c2bench', 'composer2/c2bench.py'),
                                    'composer2.c2bench.c2bench_manifest': ('c2bench.html#c2bench_manifest', 'composer2/c2bench.py'),
                                    'composer2.c2bench.c2bench_records': ('c2bench.html#c2bench_records', 'composer2/c2bench.py'),

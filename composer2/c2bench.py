@@ -201,6 +201,15 @@ def diff_counts(a: str, b: str) -> dict:
 def _sha(text: str | bytes) -> str:
     return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
 
+def _write_version(dest: Path, tasks_gz: bytes, sources_gz: bytes, manifest: dict) -> dict:
+    "Write a built version's files into `dest`: tasks, sources, and the manifest with both files' sha256 (v1 and v2 alike)."
+    manifest["files"] = {"tasks.jsonl.gz": _sha(tasks_gz), "sources.json.gz": _sha(sources_gz)}
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "tasks.jsonl.gz").write_bytes(tasks_gz)
+    (dest / "sources.json.gz").write_bytes(sources_gz)
+    (dest / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return manifest
+
 # %% ../nbs/27_c2bench.ipynb #16c027-4
 def module_splits(modules) -> dict[str, str]:
     "{module: 'train' | 'eval'}: eval when sha256('c2bench-eval:' + name) falls in the first EVAL_FRACTION of its range."
@@ -297,15 +306,11 @@ def build_c2bench(out: Path | str | None = None, version: str = "v1", modules=No
         "counts": {"tasks": len(records), "modules": len(usable),
                    "by_category": dict(sorted(Counter(r["category"] for r in records).items())),
                    "by_split": dict(sorted(Counter(r["split"] for r in records).items()))},
-        "files": {"tasks.jsonl.gz": _sha(tasks_gz), "sources.json.gz": _sha(sources_gz)},
         "sources": {p: _sha(t) for p, t in keep_sources.items()},
         "build": {"seconds": round(time.time() - t_start, 1), "workers": workers,   # informational: varies run to run
                   "runs": sum(len(r) for r in results.values()) + 2 * len(modules)},
     }
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "tasks.jsonl.gz").write_bytes(tasks_gz)
-    (dest / "sources.json.gz").write_bytes(sources_gz)
-    (dest / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    _write_version(dest, tasks_gz, sources_gz, manifest)
     log(f"c2bench {version}: {len(records)} tasks from {len(usable)} modules in {manifest['build']['seconds']}s -> {dest}")
     return manifest
 

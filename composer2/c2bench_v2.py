@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 from .config import C2Error, SandboxConfig
 from .data import stdlib_dir
-from .c2bench import (MODULES, FORMAT, REPORT_FIG7, _clean, _gz, _sha, c2bench_stats, default_assets, diff_counts,
+from .c2bench import (MODULES, FORMAT, REPORT_FIG7, _clean, _gz, _sha, _write_version, c2bench_stats, default_assets, diff_counts,
                                failing_tests, module_splits, run_task_files, skip_nondeterministic, stdlib_sources, support_paths)
 from .changes import V2_CATEGORIES, Change, _Unit, branch_changes, live_defs, removal_changes, rename_changes
 
@@ -279,13 +279,9 @@ def _write_v2(dest: Path, version: str, records: list, sources: dict, per_unit: 
         "counts": {"tasks": len(records), "modules": len(per_unit),
                    "by_category": dict(sorted(Counter(r["category"] for r in records).items())),
                    "by_split": dict(sorted(Counter(r["split"] for r in records).items()))},
-        "files": {"tasks.jsonl.gz": _sha(tasks_gz), "sources.json.gz": _sha(sources_gz)},
         "sources": {p: _sha(t) for p, t in sources.items()},
         "build": build}                  # informational: varies run to run
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "tasks.jsonl.gz").write_bytes(tasks_gz)
-    (dest / "sources.json.gz").write_bytes(sources_gz)
-    (dest / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    _write_version(dest, tasks_gz, sources_gz, manifest)
     log(f"c2bench {version}: {len(records)} tasks from {len(per_unit)} units in {build['seconds']}s -> {dest}")
     return manifest
 
