@@ -100,6 +100,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                       'composer2.c2bench_v2.unit_test_cmd': ('c2bench_v2.html#unit_test_cmd', 'composer2/c2bench_v2.py'),
                                       'composer2.c2bench_v2.unit_workspace': ('c2bench_v2.html#unit_workspace', 'composer2/c2bench_v2.py'),
                                       'composer2.c2bench_v2.v2_candidates': ('c2bench_v2.html#v2_candidates', 'composer2/c2bench_v2.py'),
+                                      'composer2.c2bench_v2.v2_splits': ('c2bench_v2.html#v2_splits', 'composer2/c2bench_v2.py'),
                                       'composer2.c2bench_v2.v2_stats': ('c2bench_v2.html#v2_stats', 'composer2/c2bench_v2.py'),
                                       'composer2.c2bench_v2.vet_unit': ('c2bench_v2.html#vet_unit', 'composer2/c2bench_v2.py')},
             'composer2.changes': { 'composer2.changes.Change': ('c2bench_changes.html#change', 'composer2/changes.py'),

@@ -14,8 +14,9 @@ from .c2bench import (MODULES, FORMAT, REPORT_FIG7, _clean, _gz, _sha, _write_ve
 from .changes import V2_CATEGORIES, Change, _Unit, branch_changes, live_defs, removal_changes, rename_changes
 
 # %% auto #0
-__all__ = ['V2_UNITS', 'V2_QUOTA', 'V2_PACKAGE_QUOTA', 'V2_MIN_LINES', 'site_dir', 'unit_layout', 'unit_test_cmd', 'unit_sources',
-           'unit_workspace', 'vet_unit', 'symptom', 'make_prompt_v2', 'v2_candidates', 'build_c2bench_v2', 'v2_stats']
+__all__ = ['V2_UNITS', 'V2_QUOTA', 'V2_PACKAGE_QUOTA', 'V2_MIN_LINES', 'V2_EVAL_PACKAGES', 'site_dir', 'unit_layout',
+           'unit_test_cmd', 'unit_sources', 'unit_workspace', 'vet_unit', 'symptom', 'make_prompt_v2', 'v2_candidates',
+           'v2_splits', 'build_c2bench_v2', 'v2_stats']
 
 # %% ../nbs/27_c2bench_v2.ipynb #c2v2-units
 _EMAIL_TESTS = ["_encoded_words", "_header_value_parser", "asian_codecs", "contentmanager", "defect_handling", "generator",
@@ -184,6 +185,20 @@ def v2_candidates(unit: str, layout: dict, sources: dict[str, str], seed: int = 
         out[cat] = [c for *_, c in sorted(ranked, key=lambda r: r[:3])]
     return out
 
+# %% ../nbs/27_c2bench_v2.ipynb #c2v2-splits
+V2_EVAL_PACKAGES = 2   # fewest packages (units of several code files) in the eval split
+
+def v2_splits(layouts: dict) -> dict[str, str]:
+    """{unit: 'train' | 'eval'} for the units of `layouts`: v1's hash of the name (`module_splits`), then, while eval holds
+    fewer than V2_EVAL_PACKAGES packages, the train package whose hash is nearest the cut moves to eval: the multi-file
+    tasks come from packages, and one eval package is too few to measure them on. A package's split thus depends on the
+    other packages built with it; a single-file module's never does."""
+    splits = module_splits(list(layouts))
+    packages = sorted((u for u in layouts if len(layouts[u]["code"]) > 1), key=lambda u: _sha(f"c2bench-eval:{u}"))
+    short = V2_EVAL_PACKAGES - sum(splits[u] == "eval" for u in packages)
+    for u in [u for u in packages if splits[u] == "train"][:max(short, 0)]: splits[u] = "eval"
+    return splits
+
 # %% ../nbs/27_c2bench_v2.ipynb #c2v2-check
 def _check_change(args) -> dict:
     "Run one candidate: the unit's tests over its changed files; the outcome and the failing tests."
@@ -249,7 +264,7 @@ def build_c2bench_v2(out: Path | str | None = None, version: str = "v2", units=N
         cands = {u: v2_candidates(u, layouts[u], sources, seed) for u in usable}
         quota = {u: V2_PACKAGE_QUOTA if len(layouts[u]["code"]) > 1 else V2_QUOTA for u in usable}
         results = _validate(cands, quota, layouts, sources, pool, timeout, change_limits, log)
-    splits, records, per_unit = module_splits(usable), [], {}
+    splits, records, per_unit = v2_splits({u: layouts[u] for u in usable}), [], {}
     for u in usable:
         outcomes = Counter(r["outcome"] for k in V2_CATEGORIES for r in results[(u, k)])
         for k in V2_CATEGORIES:
