@@ -52,7 +52,7 @@ def main():
         for name, ok, t0, out in ex.map(notebook, nbs): record(name, ok, t0, out)
     t0 = time.time()
     junit = ROOT / ".pytest-report.xml"
-    r = subprocess.run([sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"], cwd=ROOT)
+    r = subprocess.run([sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "--durations=15", f"--junitxml={junit}"], cwd=ROOT)
     n_pass = n_fail = n_skip = 0
     if junit.exists():
         xml = junit.read_text()
