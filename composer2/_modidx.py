@@ -69,6 +69,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                    'composer2.c2bench.c2bench_suite': ('c2bench.html#c2bench_suite', 'composer2/c2bench.py'),
                                    'composer2.c2bench.default_assets': ('c2bench.html#default_assets', 'composer2/c2bench.py'),
                                    'composer2.c2bench.diff_counts': ('c2bench.html#diff_counts', 'composer2/c2bench.py'),
+                                   'composer2.c2bench.differing_sources': ('c2bench.html#differing_sources', 'composer2/c2bench.py'),
                                    'composer2.c2bench.failing_tests': ('c2bench.html#failing_tests', 'composer2/c2bench.py'),
                                    'composer2.c2bench.foreign_test_imports': ('c2bench.html#foreign_test_imports', 'composer2/c2bench.py'),
                                    'composer2.c2bench.make_prompt': ('c2bench.html#make_prompt', 'composer2/c2bench.py'),

@@ -17,8 +17,8 @@ from .mutations import CATEGORIES, Mutation, candidate_mutations, live_functions
 __all__ = ['MODULES', 'NONDETERMINISTIC', 'FORMAT', 'EVAL_FRACTION', 'REPORT_FIG7', 'module_test_cmd', 'stdlib_sources',
            'support_paths', 'skip_nondeterministic', 'workspace_files', 'foreign_test_imports', 'failing_tests',
            'run_task_files', 'vet_module', 'make_prompt', 'default_assets', 'diff_counts', 'module_splits',
-           'build_c2bench', 'c2bench_manifest', 'c2bench_records', 'record_to_task', 'c2bench_suite', 'spread_sample',
-           'revalidate', 'c2bench_stats']
+           'build_c2bench', 'c2bench_manifest', 'c2bench_records', 'differing_sources', 'record_to_task',
+           'c2bench_suite', 'spread_sample', 'revalidate', 'c2bench_stats']
 
 # %% ../nbs/27_c2bench.ipynb #16c015
 MODULES = ["base64", "cmd", "codeop", "colorsys", "csv", "filecmp", "fileinput", "fractions", "getopt", "getpass", "glob",
@@ -339,6 +339,13 @@ def c2bench_records(version: str = "v1", root: Path | str | None = None) -> tupl
     records = [json.loads(l) for l in gzip.decompress(raw["tasks.jsonl.gz"]).decode().splitlines()]
     sources = json.loads(gzip.decompress(raw["sources.json.gz"]))
     return records, sources, manifest
+
+# %% ../nbs/27_c2bench.ipynb #16c030-ds
+def differing_sources(local: dict[str, str], manifest: dict) -> list[str]:
+    """The paths of `local` ({path: text} as this machine has them) whose sha256 is not the shipped version's. A rebuild
+    can reproduce the shipped records only where this is empty; where it is not, the suite still runs the same tasks,
+    from the shipped records and sources (`c2bench_records` never reads the machine's files)."""
+    return sorted(p for p, t in local.items() if manifest["sources"].get(p) != _sha(t))
 
 # %% ../nbs/27_c2bench.ipynb #16c030-e
 def _edits_task(rec: dict, sources: dict[str, str], manifest: dict) -> Task:

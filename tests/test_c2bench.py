@@ -101,3 +101,15 @@ def test_v2_all(suite_v2):
     assert not bad, bad
     eps = _oracle(suite_v2)
     assert all(e.solved for e in eps), [e.task.id for e in eps if not e.solved]
+
+def test_suite_never_reads_the_machines_sources(monkeypatch, tmp_path):
+    """Where this machine's standard library differs from the one the data was built with (here: none at all), both
+    versions load the same tasks, from the shipped records and sources; only a rebuild needs the machine's files."""
+    import composer2.c2bench as c1, composer2.c2bench_v2 as c2, composer2.data as d
+    from composer2.config import C2Error
+    want = {v: [(t.id, t.files, t.solution, t.prompt) for t in c2bench_suite(v)] for v in ("v1", "v2")}
+    for mod in (c1, c2, d): monkeypatch.setattr(mod, "stdlib_dir", lambda: tmp_path / "no-stdlib")
+    for v in ("v1", "v2"):
+        assert [(t.id, t.files, t.solution, t.prompt) for t in c2bench_suite(v)] == want[v]
+    with pytest.raises(C2Error, match="test suite is not installed"):
+        c1.stdlib_sources(["colorsys"])
