@@ -201,16 +201,16 @@ def diff_counts(a: str, b: str) -> dict:
 def _sha(text: str | bytes) -> str:
     return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
 
+def _gz(text: str) -> bytes: return gzip.compress(text.encode(), compresslevel=9, mtime=0)   # mtime=0: same bytes every build
+
 def _write_version(dest: Path, tasks_gz: bytes, sources_gz: bytes, manifest: dict) -> dict:
     "Write a built version's files into `dest`: tasks, sources, and the manifest with both files' sha256 (v1 and v2 alike)."
     manifest["files"] = {"tasks.jsonl.gz": _sha(tasks_gz), "sources.json.gz": _sha(sources_gz)}
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / "tasks.jsonl.gz").write_bytes(tasks_gz)
-    (dest / "sources.json.gz").write_bytes(sources_gz)
+    for f, b in (("tasks.jsonl.gz", tasks_gz), ("sources.json.gz", sources_gz)): (dest / f).write_bytes(b)
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
 
-# %% ../nbs/27_c2bench.ipynb #16c027-4
 def module_splits(modules) -> dict[str, str]:
     "{module: 'train' | 'eval'}: eval when sha256('c2bench-eval:' + name) falls in the first EVAL_FRACTION of its range."
     return {m: "eval" if int(_sha(f"c2bench-eval:{m}")[:8], 16) < EVAL_FRACTION * 16 ** 8 else "train" for m in modules}
@@ -239,9 +239,6 @@ def _record(m: Mutation, sources: dict[str, str], res: dict, split: str) -> dict
             "prompt": prompt, "hint": hint, "n_failing": len(res["failures"]),
             "failing_tests": [f["id"] for f in res["failures"][:20]], "first_error": res["failures"][0]["error"],
             **diff_counts(mutated, original), "mutated_sha256": _sha(mutated)}
-
-# %% ../nbs/27_c2bench.ipynb #16c027-7
-def _gz(text: str) -> bytes: return gzip.compress(text.encode(), compresslevel=9, mtime=0)   # mtime=0: same bytes every build
 
 # %% ../nbs/27_c2bench.ipynb #16c027-8
 def build_c2bench(out: Path | str | None = None, version: str = "v1", modules=None, seed: int = 0, per_module: int = 10,
@@ -326,12 +323,10 @@ def _read_version(version: str, root: Path | str | None):
         if _sha(data) != manifest["files"][f]: raise C2Error(f"{d / f} does not match its sha256 in manifest.json: the data is corrupt")
     return manifest, raw
 
-# %% ../nbs/27_c2bench.ipynb #16c030-1
 def c2bench_manifest(version: str = "v1", root: Path | str | None = None) -> dict:
     "The manifest of a shipped (or built) version."
     return _read_version(version, root)[0]
 
-# %% ../nbs/27_c2bench.ipynb #16c030-2
 def c2bench_records(version: str = "v1", root: Path | str | None = None) -> tuple[list[dict], dict[str, str], dict]:
     "(task records, sources {path: text}, manifest) of a version, checked against the manifest's sha256."
     manifest, raw = _read_version(version, root)
@@ -340,14 +335,10 @@ def c2bench_records(version: str = "v1", root: Path | str | None = None) -> tupl
     sources = json.loads(gzip.decompress(raw["sources.json.gz"]))
     return records, sources, manifest
 
-# %% ../nbs/27_c2bench.ipynb #16c030-ds
 def differing_sources(local: dict[str, str], manifest: dict) -> list[str]:
-    """The paths of `local` ({path: text} as this machine has them) whose sha256 is not the shipped version's. A rebuild
-    can reproduce the shipped records only where this is empty; where it is not, the suite still runs the same tasks,
-    from the shipped records and sources (`c2bench_records` never reads the machine's files)."""
+    "Paths of `local` (this machine's {path: text}) not as shipped: only where none are can a rebuild reproduce the records."
     return sorted(p for p, t in local.items() if manifest["sources"].get(p) != _sha(t))
 
-# %% ../nbs/27_c2bench.ipynb #16c030-e
 def _edits_task(rec: dict, sources: dict[str, str], manifest: dict) -> Task:
     "A v2 record's task: its unit's files (manifest) with the record's edits applied; the solution is the touched files' originals."
     unit, mod = manifest["modules"][rec["module"]], rec["module"]
