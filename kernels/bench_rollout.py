@@ -31,6 +31,10 @@ SETTINGS = ["tasks.suite=synthetic", "tasks.n_files=1", "tasks.n_distractors=0",
 def device_name() -> str:
     return f"cpu {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
 
+def result_path(out, name: str) -> Path:
+    "Where a benchmark's JSON goes: OUT/NAME_<device>-<N>-cores.json."
+    return Path(out) / f"{name}_{device_name().split(' (')[0].replace(' ', '-').lower()}-{os.cpu_count()}-cores.json"
+
 def old_checkout(dest: Path) -> Path:
     "composer2 at OLD_REV, extracted with git archive."
     dest.mkdir(parents=True, exist_ok=True)
@@ -151,8 +155,7 @@ def main():
                   f"step_speedup {s['step_speedup']:.2f}x")
         res["rollout_speedup"] = r["rollout_speedup"]
         res["step_speedup"] = res.get("steps", {}).get("step_speedup")
-        dev = res["device"].split(" (")[0].replace(" ", "-").lower()
-        path = Path(args.out) / f"rollout_{dev}-{os.cpu_count()}-cores.json"
+        path = result_path(args.out, "rollout")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(res, indent=1))
         print(f"wrote {path}")

@@ -11,7 +11,7 @@ tokens (the best_of_k cpu step's 1024-token context) of random tokens with the c
 about a third of the positions sampled, in turns. Written to kernels/results/trainer_<device>.json with the medians,
 `speedup` (mask / causal) and the largest difference between the two paths' per-token log-probs.
 """
-import argparse, copy, json, os, platform, random, sys, time
+import argparse, copy, json, random, sys, time
 from pathlib import Path
 import numpy as np
 import torch
@@ -20,11 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from composer2.actors import build_policy
 from composer2.config import load_config
-from composer2 import rl as rl_mod
-from composer2.rl import Group, Rollout, Segment, rl_step
-
-def device_name() -> str:
-    return f"cpu {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+from composer2.rl import Group, Rollout, Segment, collate, rl_step, token_logprobs
+from bench_rollout import device_name, result_path
 
 def make_groups(model, episodes: int, group: int, seed: int = 0) -> list[Group]:
     "Random-token segments of 250-1024 tokens, sampled in turns (~30% of positions), with the model's routing for replay."
@@ -80,18 +77,18 @@ def main():
     # the two paths' log-probs on the same micro-batch, same weights
     model.load_state_dict(start); model.eval()
     segs = [s for g in groups for r in g.rollouts for s in r.segments][:8]
-    b = rl_mod.collate(segs)
+    b = collate(segs)
     with torch.no_grad():
-        lp_c = rl_mod.token_logprobs(model, b)[0]
+        lp_c = token_logprobs(model, b)[0]
         model.forward = lambda idx, valid=None, **kw: real_forward(idx, valid=b["valid"][:, :-1] if valid is None else valid, **kw)
-        lp_m = rl_mod.token_logprobs(model, b)[0]
+        lp_m = token_logprobs(model, b)[0]
         model.forward = real_forward
     diff = float((lp_c - lp_m).abs().max())
     out = dict(device=device_name(), torch=torch.__version__, threads=a.threads, episodes=a.episodes, tokens=n_tok,
                seconds=times, median_s=med, speedup=med["mask"] / med["causal"], max_logprob_diff=diff,
                date=time.strftime("%Y-%m-%d"))
     print(json.dumps(out, indent=1))
-    dest = Path(a.out) / f"trainer_{device_name().split(' (')[0].replace(' ', '-').lower()}-{os.cpu_count()}-cores.json"
+    dest = result_path(a.out, "trainer")
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(out, indent=1) + "\n")
     print(f"-> {dest}")
