@@ -100,7 +100,11 @@ def _c2_judge():
     fresh = set(spec["fresh"])
     for m in list(sys.modules):   # the workspace's own modules are imported from the workspace, not from what we loaded
         if m.split(".")[0] in fresh: del sys.modules[m]
-    import importlib.machinery
+    import importlib.machinery, ast
+    # from here on, bytecode is read and written only under an empty tmpfs (the sandbox's /tmp is fresh per run, -B writes
+    # nothing): never a planted `__pycache__` of the workspace. Set here, not by `-X pycache_prefix` at start-up, so that
+    # the standard library imported above uses its own compiled bytecode (compiling it from source cost ~0.1 s per run)
+    sys.pycache_prefix = "/tmp/.c2-pycache"
     finder, stdlib = importlib.machinery.PathFinder.find_spec, sys.stdlib_module_names
     class Workspace:   # top-level imports from the workspace, first; a standard-library name only for the task's own modules
         @staticmethod
@@ -127,7 +131,6 @@ def _c2_judge():
             now = snap(loaded)
             patched += sorted(f"{getattr(loaded[i], '__name__', i)}.{k}" for (i, k), v in tests_before.items() if now.get((i, k)) != v)
     else:
-        import ast
         def plain(v, depth=0):   # a value a test may compare: built-in types all the way down
             t = type(v)
             if t in (int, float, complex, str, bytes, bool, type(None)): return True
@@ -197,8 +200,7 @@ def _judge_run(spec: dict, workspace: Path | str, sandbox, timeout: float | None
     "(outcomes or None, tampered, the run, why there are no outcomes) of one run of the runner over `workspace`."
     key, name = secrets.token_bytes(32), f".c2-judge-{secrets.token_hex(8)}"
     body = {k: spec[k] for k in ("kind", "tests", "fresh")} | {"root": SANDBOX_WS, "result": name}
-    argv = ["env", f"PYTHONHASHSEED={int(spec.get('hashseed', 0))}", "python3", "-P", "-s", "-B", "-X", "pycache_prefix=/tmp/.c2-pycache",
-            "-c", JUDGE_RUNNER]
+    argv = ["env", f"PYTHONHASHSEED={int(spec.get('hashseed', 0))}", "python3", "-P", "-s", "-B", "-c", JUDGE_RUNNER]
     r = sandbox.run(argv, timeout=timeout, stdin=key + json.dumps(body).encode())
     try: data = read_bytes_beneath(workspace, name, 16 << 20)
     except (C2Error, OSError): data = None
