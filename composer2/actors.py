@@ -78,7 +78,7 @@ class RolloutWorkerImpl:
     `run` starts a group for every prompt the reconciler hands out, so several groups are in flight at once and share
     the batch; `evaluate` runs a held-out evaluation of given weights through the same kind of loop."""
     def __init__(self, cfg: Config, worker_id: int, model_cfg: dict, published: dict, version: int, tasks: list,
-                 threads: int = 1, seed: int = 0):
+                 threads: int = 1):
         from composer2.data import open_data
         from composer2.train import pick_device
         torch.set_num_threads(threads)
@@ -88,7 +88,9 @@ class RolloutWorkerImpl:
         policy = build_policy(model_cfg, published, cfg).to(pick_device(cfg.train.device), getattr(torch, cfg.rl.sampler_dtype))
         self.engine = Engine(policy, version=version)
         self.rx = WeightReceiver(self.engine, published, version)
-        self.rollouts = Rollouts(self.engine, self.data, cfg, seed=cfg.rl.seed * 7919 + worker_id * 104729 + seed)
+        # groups and evaluations sample from streams named by the prompt (`Rollouts.group`, `Rollouts.evaluate`), not by
+        # the worker: any worker, the evaluator included, runs a given episode the same way
+        self.rollouts = Rollouts(self.engine, self.data, cfg, seed=cfg.rl.seed * 7919 + worker_id * 104729)
         self._stop = threading.Event()
         self.groups = 0
 
@@ -132,7 +134,8 @@ class RolloutWorkerImpl:
         return self.stats()
 
     def evaluate(self, published: dict, version: int, task_ids: list[str], k: int) -> tuple[list[dict], float]:
-        "Load `published` weights (`version`), run `k` episodes of each task; per-task results and the seconds it took."
+        """Load `published` weights (`version`), run `k` episodes of each task (streams of `rl.eval_seed`: any share of an
+        evaluation gives the same episodes on any worker); per-task results and the seconds it took."""
         t0 = time.perf_counter()
         self.rx.set_full(published, version)
         return self.rollouts.evaluate([self.tasks[t] for t in task_ids], k), time.perf_counter() - t0

@@ -251,15 +251,20 @@ def _start_actors(cfg: Config, run: dict) -> tuple:
                                                                       dict(model=ck["model"], opt=ck["opt"]) if ck else None)
     weights = trainer.weights.remote()
     Worker = ray.remote(num_cpus=1, num_gpus=g_w, max_concurrency=4)(RolloutWorkerImpl)
-    workers = [Worker.remote(cfg, i, run["model_cfg"], weights, start, run["pool_tasks"]) for i in range(r.rollout_workers)]
+    # the workers hold the held-out tasks too: once training ends they take a share of the final evaluation
+    workers = [Worker.remote(cfg, i, run["model_cfg"], weights, start, run["pool_tasks"] + run["eval_tasks"])
+               for i in range(r.rollout_workers)]
     evaluator = ray.remote(num_cpus=0, num_gpus=g_ev)(RolloutWorkerImpl).remote(cfg, -1, run["model_cfg"], weights, start,
-                                                                               run["eval_tasks"], seed=1)
+                                                                               run["eval_tasks"])
     return rec, trainer, workers, evaluator
 
 # %% ../nbs/34_async_rl.ipynb #15c031-6
 class _Evals:
     """Held-out evaluations on their own actor, one after another, each on a snapshot of the weights: the driver submits
-    them and does not wait (except for the last); each is written to eval.csv / eval.jsonl when it is ready."""
+    them and does not wait (except for the last); each is written to eval.csv / eval.jsonl when it is ready. An
+    evaluation submitted with `helpers` (the rollout workers, idle once training has ended) is split into contiguous
+    shares of the tasks, one per actor, run side by side: every episode samples from its own stream
+    (`Rollouts.evaluate`), so the split changes the wall time, not the episodes."""
     def __init__(self, evaluator, out: Path, task_ids: list[str], k: int):
         self.evaluator, self.out, self.ids, self.k = evaluator, out, task_ids, k
         self.log, self.pending, self.done = _Log(out / "eval.csv", out / "tb"), [], []
@@ -269,16 +274,21 @@ class _Evals:
         p = self.out / "eval.jsonl"
         return [json.loads(l)["step"] for l in p.read_text().splitlines() if l.strip()] if p.exists() else []
 
-    def submit(self, step: int, weights):
-        "Evaluate `weights` (an object ref) as of `step`."
-        self.pending.append((step, self.evaluator.evaluate.remote(weights, step, self.ids, self.k)))
+    def submit(self, step: int, weights, helpers: list = ()):
+        "Evaluate `weights` (an object ref) as of `step`, on the evaluator and any `helpers` (actors with the same `evaluate`)."
+        actors = [self.evaluator, *helpers]
+        cuts = np.linspace(0, len(self.ids), len(actors) + 1).round().astype(int)
+        self.pending.append((step, [a.evaluate.remote(weights, step, self.ids[i:j], self.k)
+                                    for a, i, j in zip(actors, cuts[:-1], cuts[1:]) if j > i]))
 
     def collect(self, wait: bool = False):
-        "Write every finished evaluation, in order (with `wait`: all of them)."
+        "Write every finished evaluation, in order (with `wait`: all of them); its seconds are its slowest share's."
         import ray
-        while self.pending and (wait or ray.wait([self.pending[0][1]], timeout=0)[1] == []):
-            step, ref = self.pending.pop(0)
-            res, secs = _ray_get(ref)
+        while self.pending and (wait or len(ray.wait(self.pending[0][1], num_returns=len(self.pending[0][1]), timeout=0)[0])
+                                == len(self.pending[0][1])):
+            step, refs = self.pending.pop(0)
+            shares = [_ray_get(ref) for ref in refs]
+            res, secs = [t for part, _ in shares for t in part], max(s for _, s in shares)
             row = dict(step=step, **summarize_eval(res, self.k), seconds=secs, errors=sum(x["errors"] for x in res))
             self.log.write(row, "eval")
             with (self.out / "eval.jsonl").open("a") as f: f.write(json.dumps(dict(step=step, tasks=res)) + "\n")
@@ -381,7 +391,7 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
         for w in workers: w.stop.remote()
         for run_ref in runs: _ray_get(run_ref)
         t_final = time.perf_counter()
-        evals.submit(r.steps, trainer.weights.remote())
+        evals.submit(r.steps, trainer.weights.remote(), helpers=workers)   # the workers are idle now: they share it
         evals.collect(wait=True)
         final_wait_s = time.perf_counter() - t_final
         from composer2.train import save_checkpoint

@@ -276,7 +276,8 @@ def parser() -> argparse.ArgumentParser:
                    help="a checkpoint (.pt of a pretraining stage, SFT or an RL run) or hf:DIR (a Hugging Face directory: one `c2 export` wrote, or any chat model with a chat template)")
     q.add_argument("--against", default=None, metavar="POLICY", help="a second policy: the paired change (same sampling streams)")
     q.add_argument("-k", type=int, default=8, help="samples per task (default: 8)")
-    q.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    q.add_argument("--seed", type=int, default=0, help="sampling seed: sample j of a task draws from the stream (eval, seed, task, j) (default: 0, "
+                   "rl.eval_seed's default, so an RL run's evaluation of the same weights gives the same episodes)")
     q.add_argument("--out", default=None, help="also write the per-task results and the table as JSON here")
     q.add_argument("--json", action="store_true", help="print the table as JSON"); q.set_defaults(fn=cmd_tasks_eval)
     p = sub.add_parser("reproduce", help="run every registered study at a scale and rebuild the results index")

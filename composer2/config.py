@@ -313,7 +313,11 @@ class RLConfig:
     sampler_dtype: str = opt("float32", choices=["float32", "bfloat16"],
                              doc="precision of the rollout workers' engines (the trainer stays float32): bfloat16 opens the train/inference numerics gap the report's router replay closes")
     eval_prompts: int = opt(0, lo=0, doc="held-out prompts per evaluation; 0 means all of tasks.n_eval")
-    seed: int = opt(0)
+    seed: int = opt(0, doc="the run's seed: prompt order, the trainer's RNG, and the training rollouts' sampling streams "
+                            "(sample j of a prompt draws from stream (train, seed, prompt, j): runs with one seed sample a "
+                            "prompt's rollouts from the same streams, so arms that differ in one setting are paired by common random numbers)")
+    eval_seed: int = opt(0, doc="sampling streams of held-out evaluations (sample j of a task draws from (eval, eval_seed, task, j)): "
+                                 "evaluations with one eval_seed -- of any weights, in any run, or by `c2 tasks eval` -- are paired episode by episode")
     ckpt_every: int = opt(5, lo=1)
     init: str = opt("sft", doc="'sft' starts from the pretraining pipeline's SFT checkpoint, 'scratch' from a fresh model, else a checkpoint path")
 

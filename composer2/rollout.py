@@ -251,20 +251,25 @@ class Rollouts:
         return map_abandoning(lambda job: self.episode(*job), jobs, workers, self.abandon_s, abandoned, on_progress)
 
     def group(self, task, n: int, version: int, worker: int = 0) -> Group:
-        "`n` concurrent episodes of `task`, as a `Group` started at `version` (failed episodes left out)."
+        """`n` concurrent episodes of `task`, as a `Group` started at `version` (failed episodes left out). Episode j draws
+        from the stream (train, `rl.seed`, task, j), whichever worker runs it and whenever: two runs with one seed (a real
+        run and its reward-shuffle control, two variants of the objective) sample each prompt from the same streams, so
+        where their policies agree their rollouts are the same rollouts, and a per-prompt difference carries only what
+        the runs changed (common random numbers, as in `evaluate`)."""
         t0 = time.perf_counter()
-        ros = self._run([task] * n, n)
+        ros = self._run([task] * n, n, [stream_key("train", self.cfg.rl.seed, task.id, j) for j in range(n)])
         return Group(task.id, [ro for ro in ros if ro is not None], start_version=version, worker=worker,
                      seconds=time.perf_counter() - t0, bucket=str(task.meta.get("kind", "")))
 
-    def evaluate(self, tasks: list, k: int, concurrency: int = 64, on_progress=None) -> list[dict]:
+    def evaluate(self, tasks: list, k: int, concurrency: int = 64, on_progress=None, seed: int | None = None) -> list[dict]:
         """`k` episodes of each task, `concurrency` at a time: per task the outcomes, rewards, turns, summaries, `tokens` (all
         sampled) and per episode `sampled`, `prefill` and `summary_prefill` (`Rollout`) (a failed episode counts as unsolved,
-        reward 0, no tokens). Sample j of a task draws from the stream (seed, task, j), so any
-        two evaluations with the same seed -- of one policy or of two -- are paired by common random numbers.
-        `on_progress(episodes done)` as in `map_abandoning`."""
+        reward 0, no tokens). Sample j of a task draws from the stream (eval, seed, task, j) (`seed` by default
+        `rl.eval_seed`), so any two evaluations with the same seed -- of one policy or of two, on one worker or split
+        over several -- are paired by common random numbers. `on_progress(episodes done)` as in `map_abandoning`."""
+        seed = self.cfg.rl.eval_seed if seed is None else seed
         jobs = [t for t in tasks for _ in range(k)]
-        ros = self._run(jobs, concurrency, [stream_key("eval", self.seed, t.id, j) for t in tasks for j in range(k)], on_progress)
+        ros = self._run(jobs, concurrency, [stream_key("eval", seed, t.id, j) for t in tasks for j in range(k)], on_progress)
         out = []
         for i, t in enumerate(tasks):
             rs = ros[i * k:(i + 1) * k]
@@ -285,7 +290,7 @@ def evaluate_checkpoint(cfg: Config, data, path, tasks: list, k: int, seed: int 
     if ck.get("data_key") and ck["data_key"] != data.manifest["key"]:
         raise C2Error(f"{path} was trained on data {ck['data_key']} but the data dir is {data.manifest['key']}: use the same data settings")
     ro = Rollouts(Engine(model.eval()), data, cfg, seed=seed)
-    try: return ro.evaluate(tasks, k, on_progress=on_progress)
+    try: return ro.evaluate(tasks, k, on_progress=on_progress, seed=seed)
     finally: ro.server.shutdown()
 
 # %% ../nbs/32_rollout.ipynb #20c041-1

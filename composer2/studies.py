@@ -300,9 +300,15 @@ def slope_interval(x, y, level: float = 0.95) -> dict:
     from scipy import stats
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if len(x) < 3: raise ValueError("slope_interval needs at least three points")
-    r = stats.linregress(x, y)
-    h = stats.t.ppf((1 + level) / 2, len(x) - 2) * r.stderr
-    return dict(slope=float(r.slope), lo=float(r.slope - h), hi=float(r.slope + h), n=len(x), level=level)
+    # the textbook formulas rather than scipy's linregress, which answers NaN for a series that does not vary (an exact
+    # fit: slope 0, interval [0, 0])
+    dx = x - x.mean()
+    sxx = float(dx @ dx)
+    if sxx == 0: raise ValueError("slope_interval needs at least two distinct x")
+    slope = float(dx @ (y - y.mean())) / sxx
+    resid = y - y.mean() - slope * dx
+    h = stats.t.ppf((1 + level) / 2, len(x) - 2) * math.sqrt(float(resid @ resid) / (len(x) - 2) / sxx)
+    return dict(slope=slope, lo=slope - h, hi=slope + h, n=len(x), level=level)
 
 # %% ../nbs/08_studies.ipynb #b0c7e1a1
 def run_key(*parts) -> str:

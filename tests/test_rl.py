@@ -51,6 +51,16 @@ def test_sync_smoke(smoke_data, tmp_path):
     assert "held-out pass@1" in r.stdout and "rl sync" in r.stdout
     done = check_run(tmp_path / "smoke" / "sync", expected_pool(tmp_path, smoke_data), 4, "sync")
     print(f"sync smoke run: {time.time() - t0:.1f}s, {done['step_s']:.2f}s/step")
+    # the final evaluation was split between the evaluator and the idle worker; every episode draws from the stream
+    # (eval, rl.eval_seed, task, j), so `c2 tasks eval` of the final weights, in one process, gives the same episodes
+    run = tmp_path / "smoke" / "sync"
+    last = [json.loads(l) for l in (run / "eval.jsonl").read_text().splitlines()][-1]
+    r = c2("tasks", "eval", "--scale", "smoke", "--split", "eval", "-n", str(len(last["tasks"])), "-k", "2",
+           "--policy", str(run / "final.pt"), "--out", str(tmp_path / "final_eval.json"), f"data.dir={smoke_data}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    again = json.loads((tmp_path / "final_eval.json").read_text())["results"][str(run / "final.pt")]
+    assert last["step"] == 4 and [t["task"] for t in again] == [t["task"] for t in last["tasks"]]
+    assert [(t["sampled"], t["rewards"]) for t in again] == [(t["sampled"], t["rewards"]) for t in last["tasks"]]
     r = c2(*args(tmp_path, smoke_data, "rl.mode=sync"))   # a finished run is not rerun
     assert r.returncode == 0 and "already complete" in r.stdout
 

@@ -162,6 +162,8 @@ def test_best_of_k_results(smoke):
     pt = m["paired_trend"]   # real minus control per prompt: every prompt both runs trained, each at the step the real run took it
     assert pt["prompts"] == len(pt["points"]) >= 3 and pt["lo"] <= pt["slope"] <= pt["hi"]
     assert {int(s) for s, _ in pt["points"]} <= set(range(c.rl.steps))
+    # the control samples each prompt from the real run's streams: what both sampled from the initial weights is the same
+    assert pt["first_groups"]["n"] >= c.rl.prompts_per_step and pt["first_groups"]["identical"] == pt["first_groups"]["n"]
     assert (out / "best_of_k.png").stat().st_size > 10_000
 
 def test_rl_systems_results(smoke):
