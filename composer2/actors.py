@@ -138,4 +138,4 @@ class RolloutWorkerImpl:
         evaluation gives the same episodes on any worker); per-task results and the seconds it took."""
         t0 = time.perf_counter()
         self.rx.set_full(published, version)
-        return self.rollouts.evaluate([self.tasks[t] for t in task_ids], k), time.perf_counter() - t0
+        return self.rollouts.evaluate([self.tasks[t] for t in task_ids], k, seed=self.cfg.rl.eval_seed), time.perf_counter() - t0

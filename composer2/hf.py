@@ -389,4 +389,4 @@ def evaluate_hf(cfg: Config, path, tasks: list, k: int, seed: int = 0, on_progre
     if not speaks_composer2(path): return evaluate_chat(cfg, path, tasks, k, seed, on_progress)
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     ro = Rollouts(None, TokenizerData(path), cfg, seed=seed, server=HFServer(hf, cfg.rl.temperature, seed=seed))
-    return ro.evaluate(tasks, k, on_progress=on_progress)
+    return ro.evaluate(tasks, k, on_progress=on_progress, seed=seed)
