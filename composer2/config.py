@@ -253,8 +253,7 @@ class TasksConfig:
     max_turns: int = opt(12, lo=1, doc="agent turns before an episode is cut off")
     docs_search: bool = opt(False, doc="offer the docs_search tool (the standard library's documentation) in the system prompt; "
                             "off by default, so that the policies trained so far keep the prompt they were trained with")
-    episode_timeout_s: float = opt(900.0, lo=0.0, doc="wall-clock budget of one episode (policy, tools, judge); past it "
-                                                      "the episode ends unsolved; 0 = no budget")
+    episode_timeout_s: float = opt(900.0, lo=0.0, doc="wall-clock budget of one episode (policy, tools, judge); past it the episode ends unsolved; 0 = no budget")
 
 # %% ../nbs/00_config.ipynb #00c007-8
 @dataclass
@@ -313,11 +312,8 @@ class RLConfig:
     sampler_dtype: str = opt("float32", choices=["float32", "bfloat16"],
                              doc="precision of the rollout workers' engines (the trainer stays float32): bfloat16 opens the train/inference numerics gap the report's router replay closes")
     eval_prompts: int = opt(0, lo=0, doc="held-out prompts per evaluation; 0 means all of tasks.n_eval")
-    seed: int = opt(0, doc="the run's seed: prompt order, the trainer's RNG, and the training rollouts' sampling streams "
-                            "(sample j of a prompt draws from stream (train, seed, prompt, j): runs with one seed sample a "
-                            "prompt's rollouts from the same streams, so arms that differ in one setting are paired by common random numbers)")
-    eval_seed: int = opt(0, doc="sampling streams of held-out evaluations (sample j of a task draws from (eval, eval_seed, task, j)): "
-                                 "evaluations with one eval_seed -- of any weights, in any run, or by `c2 tasks eval` -- are paired episode by episode")
+    seed: int = opt(0, doc="prompt order, the trainer's RNG and the training rollouts' streams (train, seed, prompt, j): runs with one seed are paired")
+    eval_seed: int = opt(0, doc="held-out evaluations' streams (eval, eval_seed, task, j): evaluations with one eval_seed are paired episode by episode")
     ckpt_every: int = opt(5, lo=1)
     init: str = opt("sft", doc="'sft' starts from the pretraining pipeline's SFT checkpoint, 'scratch' from a fresh model, else a checkpoint path")
 
