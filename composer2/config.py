@@ -289,6 +289,7 @@ class RLConfig:
     length_norm: bool = opt(False, doc="GRPO: divide each sequence's loss by its length")
     is_cap: float = opt(2.0, lo=1.0, doc="truncated importance-sampling cap on p_train / p_sample")
     overlong_mask: bool = opt(False, doc="drop rollouts cut off by the length limit from the loss")
+    overlong_penalties: bool = opt(False, doc="with overlong_mask, train a cut-off rollout on the penalties of its tool calls (malformed, failed) against its group's mean of them instead of dropping it: the mask hides the unknown outcome, not the calls the policy already got wrong")
     kl_estimator: str = opt("k1", choices=["k1", "k2", "k3"])
     kl_coef: float = opt(0.0, lo=0.0)
     router_replay: bool = opt(True)
@@ -309,8 +310,7 @@ class RLConfig:
     max_new_tokens: int = opt(128, lo=1, doc="tokens per assistant turn (and per summary)")
     max_seq_len: int = opt(0, lo=0, doc="context length of a rollout segment; 0 means model.max_seq_len")
     temperature: float = opt(1.0, lo=0.0, doc="sampling temperature of rollouts and evaluation")
-    sampler_dtype: str = opt("float32", choices=["float32", "bfloat16"],
-                             doc="precision of the rollout workers' engines (the trainer stays float32): bfloat16 opens the train/inference numerics gap the report's router replay closes")
+    sampler_dtype: str = opt("float32", choices=["float32", "bfloat16"], doc="precision of the rollout workers' engines (the trainer stays float32): bfloat16 opens the train/inference numerics gap the report's router replay closes")
     eval_prompts: int = opt(0, lo=0, doc="held-out prompts per evaluation; 0 means all of tasks.n_eval")
     seed: int = opt(0, doc="prompt order, the trainer's RNG and the training rollouts' streams (train, seed, prompt, j): runs with one seed are paired")
     eval_seed: int = opt(0, doc="held-out evaluations' streams (eval, eval_seed, task, j): evaluations with one eval_seed are paired episode by episode")

@@ -11,7 +11,8 @@ import torch
 from .objectives import group_advantages, kl_k3, kl_penalty, permute_rewards, pg_loss
 
 # %% auto #0
-__all__ = ['Segment', 'Rollout', 'Group', 'collate', 'token_logprobs', 'mismatch_stats', 'staleness_histogram', 'rl_step']
+__all__ = ['CALL_TERMS', 'Segment', 'Rollout', 'Group', 'collate', 'token_logprobs', 'mismatch_stats', 'staleness_histogram',
+           'rl_step']
 
 # %% ../nbs/12_rl.ipynb #11c027
 @dataclass
@@ -157,6 +158,8 @@ def _micro_batches(idx: list[int], lens: list[int], micro_tokens: int) -> list[l
     return chunks + [cur] if cur else chunks
 
 # %% ../nbs/12_rl.ipynb #11c040-1
+CALL_TERMS = ("malformed", "failed")   # the reward terms a rollout cut off by the length limit has already earned
+
 def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: float = 1.0, micro_tokens: int = 8192,
             norm_tokens: int | None = None, version: int | None = None) -> dict:
     """One RL step on `groups` (RLConfig `cfg_rl`) by the trainer at `version`: advantages (of permuted rewards with
@@ -172,15 +175,20 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
     T = getattr(cfg_rl, "temperature", 1.0)   # the sampler's log-probs are of softmax(logits / T)
     nan = float("nan")
     rewards = [g.rewards for g in groups]
-    if cfg_rl.shuffle_rewards: rewards = permute_rewards(rewards, cfg_rl.seed, version)
-    rows, advs = [], []
-    for g, rw in zip(groups, rewards):
+    penalties = [[sum(r.terms.get(t, 0.0) for t in CALL_TERMS) for r in g.rollouts] for g in groups]
+    if cfg_rl.shuffle_rewards:   # one permutation (same seed, same sizes) for both, so a reward keeps its penalties
+        rewards, penalties = permute_rewards(rewards, cfg_rl.seed, version), permute_rewards(penalties, cfg_rl.seed, version)
+    rows, advs = [], []   # advs: every rollout's (a dropped one counts in the Dr. GRPO denominator too)
+    for g, rw, pen in zip(groups, rewards, penalties):
         adv = group_advantages(rw, std_norm=std_norm) if rw else np.zeros(0)
-        if cfg_rl.negative_weight != 1.0: adv = np.where(adv < 0, adv * cfg_rl.negative_weight, adv)
-        advs += adv.tolist()
-        for r, a in zip(g.rollouts, adv):
-            if cfg_rl.overlong_mask and r.truncated: continue
-            rows += [(s, float(a), r.n_sampled) for s in r.segments if s.n_sampled]
+        pen_adv = group_advantages(pen, std_norm=std_norm) if pen else np.zeros(0)
+        for r, a, pa in zip(g.rollouts, adv, pen_adv):
+            cut = cfg_rl.overlong_mask and r.truncated
+            if cut and cfg_rl.overlong_penalties: a = pa   # its outcome is unknown; the calls it made so far are not
+            a = float(a * cfg_rl.negative_weight if a < 0 else a)
+            advs.append(a)
+            if cut and not cfg_rl.overlong_penalties: continue
+            rows += [(s, a, r.n_sampled) for s in r.segments if s.n_sampled]
     n_rollouts = len(advs)
     norm_tokens = norm_tokens or model.cfg.max_seq_len
     denom = n_rollouts if length_norm else n_rollouts * norm_tokens
