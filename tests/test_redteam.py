@@ -32,7 +32,11 @@ def secret(tmp_path_factory):
     p.write_text(f"TOKEN = 'HOSTSECRET-{uuid.uuid4().hex}'\n"); p.chmod(0o600)
     return p
 
-def _c2_mounts() -> int: return sum(" c2-" in l or "/c2-" in l.split()[4] for l in Path("/proc/self/mountinfo").read_text().splitlines())
+def _c2_mounts() -> int:
+    """This process's sandbox mounts (its workspaces, its interpreter's host folder): the mount table is the machine's, so
+    the sandboxes of another process -- an RL run beside the tests -- are in it too and must not count."""
+    mine = (f"/c2-workspaces-{os.getpid()}-", f"/c2-sandbox-host-{os.getpid()}-")
+    return sum(any(m in l.split()[4] for m in mine) for l in Path("/proc/self/mountinfo").read_text().splitlines())
 
 def _cgroups() -> list[str]:
     lim = sandbox_limits()["cgroups"]
