@@ -11,8 +11,8 @@ import torch
 from .objectives import group_advantages, kl_k3, kl_penalty, permute_rewards, pg_loss
 
 # %% auto #0
-__all__ = ['CALL_TERMS', 'Segment', 'Rollout', 'Group', 'collate', 'token_logprobs', 'mismatch_stats', 'staleness_histogram',
-           'rl_step']
+__all__ = ['CALL_TERMS', 'Segment', 'Rollout', 'Group', 'collate', 'SharedPrefix', 'shared_prefix_len', 'token_logprobs',
+           'mismatch_stats', 'staleness_histogram', 'rl_step']
 
 # %% ../nbs/12_rl.ipynb #11c027
 @dataclass
@@ -102,22 +102,71 @@ def collate(segments: list[Segment], adv: list[float] | None = None, device="cpu
                adv=torch.tensor(adv if adv is not None else [0.0] * B, dtype=torch.float32))
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
 
+# %% ../nbs/12_rl.ipynb #11c032-2
+class SharedPrefix:
+    """The cache interface of `MoETransformer.forward` (`reserve`, then `write` per layer) for training rows that share
+    their first P inputs: the first forward, of the prefix as one row, keeps each layer's keys and values inside the
+    autograd graph, and the second, of every row's right-padded rest, attends to them (broadcast to the rows, not
+    recomputed) and causally to itself. Not a generation cache: nothing is preallocated or written in place."""
+    def __init__(self): self.k, self.v, self.P = [], [], None
+
+    def reserve(self, valid: torch.Tensor):
+        "Positions and mask of a chunk [B, C]: the prefix (one row, causal) the first time, the rows' rests after it."
+        (B, C), dev = valid.shape, valid.device
+        if self.P is None:
+            if B != 1: raise ValueError("SharedPrefix: the prefix is one row")
+            self.P = C
+            return 0, torch.arange(C, device=dev)[None], None
+        q = self.P + torch.arange(C, device=dev)
+        return self.P, q[None].expand(B, C), (torch.arange(self.P + C, device=dev)[None] <= q[:, None])[None, None]
+
+    def write(self, layer, k, v, start):
+        "Keep the prefix's keys/values; for a rest, return the prefix's (broadcast) followed by its own."
+        if start == 0:
+            self.k.append(k); self.v.append(v)
+            return k, v
+        grow = lambda p, t: torch.cat([p.expand(t.shape[0], -1, -1, -1), t], 2)
+        return grow(self.k[layer], k), grow(self.v[layer], v)
+
+def shared_prefix_len(x: torch.Tensor, valid: torch.Tensor, experts: torch.Tensor | None = None) -> int:
+    """How many leading positions all rows of `x` [B, T] share -- same token, all valid and, given `experts`
+    [B, T, L, k], the same routing --, leaving every row at least one position of its own (0 for a single row)."""
+    if x.shape[0] < 2: return 0
+    same = (x == x[:1]).all(0) & valid.all(0)
+    if experts is not None: same &= (experts == experts[:1]).flatten(2).all(-1).all(0)
+    return max(0, min(int(same.long().cumprod(0).sum()), int(valid.sum(1).min()) - 1))
+
 # %% ../nbs/12_rl.ipynb #11c033
-def token_logprobs(model, batch: dict, replay: bool = True, temperature: float = 1.0, entropy: bool = False) -> tuple:
+def _forward_at(model, x, v, rep, at, capture: bool, share: bool):
+    """`model(x, valid=v, replay=rep, logits_at=at, capture=capture)` over right-padded rows, its logits in the same
+    row-major order; with `share` (and no `capture`), the rows' common prefix is encoded once (`SharedPrefix`)."""
+    P = shared_prefix_len(x, v, rep) if share and not capture else 0
+    if P == 0:
+        # collate pads on the right, so causal attention alone keeps every real token from seeing padding: without `valid`
+        # the forward takes SDPA's causal kernel, which skips the blocks above the diagonal, instead of a [B, 1, T, T] mask
+        right = bool((v == (torch.arange(v.shape[1], device=v.device) < v.sum(1, keepdim=True))).all())
+        return model(x, valid=None if right else v, replay=rep, capture=capture, logits_at=at)
+    cache, T, u = SharedPrefix(), x.shape[1], at[:, :P].any(0)
+    head = model(x[:1, :P], cache=cache, replay=None if rep is None else rep[:1, :P], logits_at=u[None]).logits
+    out = model(x[:, P:], valid=v[:, P:], cache=cache, replay=None if rep is None else rep[:, P:], logits_at=at[:, P:])
+    (bp, tp), (bs, ts) = at[:, :P].nonzero(as_tuple=True), at[:, P:].nonzero(as_tuple=True)
+    logits = torch.cat([head[(u.long().cumsum(0) - 1)[tp]], out.logits])   # the prefix's rows repeated for each row
+    out.logits = logits[torch.cat([bp * T + tp, bs * T + ts + P]).argsort()]
+    return out
+
+def token_logprobs(model, batch: dict, replay: bool = True, temperature: float = 1.0, entropy: bool = False,
+                   share: bool = True) -> tuple:
     """Log-probs [B, T-1] of `batch['ids'][:, 1:]` under `model` where `batch['mask']` is 1 (0.0 elsewhere: the head and
     log-softmax run only there), routing replayed from `batch['experts']` when `replay`, and the share of replayed expert
     slots the fallback replaced. With `entropy`, a third item: the entropy [B, T-1] of softmax(logits / temperature) at
-    the same positions (no grad)."""
+    the same positions (no grad). With `share`, the rows' common prefix is encoded once (not with the fallback on)."""
     ids, valid = batch["ids"], batch["valid"]
     at = (batch["mask"] > 0) if batch.get("mask") is not None else valid[:, 1:]
     at = at.to(ids.device) & valid[:, 1:]
     rep = batch.get("experts") if replay else None
     fallback = rep is not None and model.cfg.replay_fallback
     v = valid[:, :-1]
-    # collate pads on the right, so causal attention alone keeps every real token from seeing padding: without `valid`
-    # the forward takes SDPA's causal kernel, which skips the blocks above the diagonal, instead of a [B, 1, T, T] mask
-    prefix = bool((v == (torch.arange(v.shape[1], device=v.device) < v.sum(1, keepdim=True))).all())
-    out = model(ids[:, :-1], valid=None if prefix else v, replay=rep, capture=fallback, logits_at=at)
+    out = _forward_at(model, ids[:, :-1], v, rep, at, fallback, share)
     logp = (out.logits.float() / (temperature or 1.0)).log_softmax(-1)          # [N, V], N = sampled positions
     zeros = torch.zeros(at.shape, dtype=logp.dtype, device=logp.device)
     lp = zeros.masked_scatter(at, logp.gather(-1, ids[:, 1:][at][:, None]).squeeze(-1))
@@ -149,11 +198,13 @@ def staleness_histogram(groups: list[Group], step: int, max_lag: int) -> list[in
     return h
 
 # %% ../nbs/12_rl.ipynb #11c040
-def _micro_batches(idx: list[int], lens: list[int], micro_tokens: int) -> list[list[int]]:
-    "Consecutive runs of `idx` (sorted by length) whose padded size (count x longest) stays within `micro_tokens`."
+def _micro_batches(idx: list[int], lens: list[int], micro_tokens: int, keys: list | None = None) -> list[list[int]]:
+    """Consecutive runs of `idx` (sorted by key, then length) whose padded size (count x longest) stays within
+    `micro_tokens`; with `keys`, a run also ends where the key changes (a group's rows share a prefix, `SharedPrefix`)."""
     chunks, cur = [], []
     for i in idx:
-        if cur and (len(cur) + 1) * lens[i] > micro_tokens: chunks.append(cur); cur = []
+        if cur and ((len(cur) + 1) * lens[i] > micro_tokens or (keys is not None and keys[i] != keys[cur[-1]])):
+            chunks.append(cur); cur = []
         cur.append(i)
     return chunks + [cur] if cur else chunks
 
@@ -179,7 +230,7 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
     if cfg_rl.shuffle_rewards:   # one permutation (same seed, same sizes) for both, so a reward keeps its penalties
         rewards, penalties = permute_rewards(rewards, cfg_rl.seed, version), permute_rewards(penalties, cfg_rl.seed, version)
     rows, advs = [], []   # advs: every rollout's (a dropped one counts in the Dr. GRPO denominator too)
-    for g, rw, pen in zip(groups, rewards, penalties):
+    for gi, (g, rw, pen) in enumerate(zip(groups, rewards, penalties)):
         adv = group_advantages(rw, std_norm=std_norm) if rw else np.zeros(0)
         pen_adv = group_advantages(pen, std_norm=std_norm) if pen else np.zeros(0)
         for r, a, pa in zip(g.rollouts, adv, pen_adv):
@@ -188,17 +239,17 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
             a = float(a * cfg_rl.negative_weight if a < 0 else a)
             advs.append(a)
             if cut and not cfg_rl.overlong_penalties: continue
-            rows += [(s, a, r.n_sampled) for s in r.segments if s.n_sampled]
+            rows += [(s, a, r.n_sampled, gi) for s in r.segments if s.n_sampled]
     n_rollouts = len(advs)
     norm_tokens = norm_tokens or model.cfg.max_seq_len
     denom = n_rollouts if length_norm else n_rollouts * norm_tokens
-    rows.sort(key=lambda r: len(r[0].ids))
+    rows.sort(key=lambda r: (r[3], len(r[0].ids)))   # a group's rows together: their prompt is encoded once
     lens = [len(r[0].ids) for r in rows]
     use_kl = ref_model is not None and cfg_rl.kl_coef > 0
     model.train(); opt.zero_grad(set_to_none=True)
     acc = dict(loss=0.0, pg=0.0, kl=0.0, is_weight=0.0, is_clipped=0.0)
     lp_rows, ref_rows, fb, n_tok, ent_sum = [None] * len(rows), [None] * len(rows), [], 0, 0.0
-    for ch in _micro_batches(list(range(len(rows))), lens, micro_tokens):
+    for ch in _micro_batches(list(range(len(rows))), lens, micro_tokens, [r[3] for r in rows]):
         b = collate([rows[i][0] for i in ch], [rows[i][1] for i in ch], dev)
         lengths = torch.tensor([rows[i][2] for i in ch], device=dev)
         lp, rate, ent = token_logprobs(model, b, replay=cfg_rl.router_replay, temperature=T, entropy=True)
