@@ -263,6 +263,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                   'composer2.engine.DecodeServer._place': ('engine.html#decodeserver._place', 'composer2/engine.py'),
                                   'composer2.engine.DecodeServer._record': ('engine.html#decodeserver._record', 'composer2/engine.py'),
                                   'composer2.engine.DecodeServer._retire': ('engine.html#decodeserver._retire', 'composer2/engine.py'),
+                                  'composer2.engine.DecodeServer._reuse': ('engine.html#decodeserver._reuse', 'composer2/engine.py'),
+                                  'composer2.engine.DecodeServer._store': ('engine.html#decodeserver._store', 'composer2/engine.py'),
                                   'composer2.engine.DecodeServer._swap': ('engine.html#decodeserver._swap', 'composer2/engine.py'),
                                   'composer2.engine.DecodeServer._uniforms': ('engine.html#decodeserver._uniforms', 'composer2/engine.py'),
                                   'composer2.engine.DecodeServer.close': ('engine.html#decodeserver.close', 'composer2/engine.py'),

@@ -253,12 +253,16 @@ class DecodeServer:
     PipelineRL does: recomputing every live cache at each update would cost a prefill of all of them per RL step), and
     the version that encoded each fed position is reported so the trainer can tell exactly on-policy segments apart.
     Each sequence samples from its own stream (`stream_uniforms`): given at `open`, or derived from `seed` and its id.
+    A new context (a first request, or one with `reset`) starts from the cache of the longest prefix it shares with one
+    of the last `prefixes` new contexts encoded under the current weights (a group's episodes share their prompt) and
+    encodes only the rest; reused positions report the routing and version they were encoded with.
     The loop thread computes with `threads` intra-op CPU threads (default 1): on a 2-core CPU a two-thread OpenMP team
     driven from a thread other than the main one made a batch-32 decode step of the cpu-scale model ~3x slower (12 ms
     against 4 ms), while one thread there is as fast as two on the main thread (`kernels/bench_hf_decode.py`)."""
     def __init__(self, engine: Engine, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, rows: int = 16,
-                 prefill_tokens: int = 8192, threads: int | None = 1):
+                 prefill_tokens: int = 8192, threads: int | None = 1, prefixes: int = 64):
         self.engine, self.T, self.top_p, self.prefill_tokens, self.threads = engine, temperature, top_p, prefill_tokens, threads
+        self.prefixes, self.max_prefixes = {}, prefixes   # new contexts: bytes -> (version, tokens, keys, values, experts)
         self.seed = seed
         self.stream: dict[int, list[int]] = {}            # sequence id -> [stream key, draws so far]
         self.pool = engine.model.new_cache(rows, capacity=128, slots=True)
@@ -267,7 +271,7 @@ class DecodeServer:
         self.active: list[_Request] = []                  # rows 0..len(active)-1, in order
         self.pending: list[_Request] = []
         self._cv, self._next, self._stop, self._closing = threading.Condition(), 0, False, []
-        self.stats = dict(sampled=0, fed=0, decode_steps=0, decode_rows=0, prefills=0, busy_s=0.0)
+        self.stats = dict(sampled=0, fed=0, reused=0, decode_steps=0, decode_rows=0, prefills=0, busy_s=0.0)
         self._thread = threading.Thread(target=self._loop, daemon=True, name="decode-server")
         self._thread.start()
 
@@ -341,8 +345,8 @@ class DecodeServer:
             self.active[i], self.active[last] = self.active[last], self.active[i]
             self._finish(self.active.pop())
 
-    def _place(self, r: _Request, target: int):
-        "Give request r's sequence a row (a free one, growing the pool if needed) and move it to row `target`."
+    def _place(self, r: _Request, target: int) -> bool:
+        "Give request r's sequence a row (a free one, growing the pool if needed), move it to row `target`; whether it is a new context."
         row = self.row_of[r.seq]
         if row is None:
             free = [x for x in range(target, len(self.seq_at)) if self.seq_at[x] is None]
@@ -350,10 +354,37 @@ class DecodeServer:
                 n = len(self.seq_at)
                 self.pool.add_rows(n); self.seq_at += [None] * n; free = [n]
             row = free[0]
-            self.seq_at[row], self.row_of[r.seq] = r.seq, row
-            self.pool.len[row] = 0
+            self.seq_at[row], self.row_of[r.seq] = r.seq, row; self.pool.len[row] = 0
         if r.reset: self.pool.len[row] = 0
         self._swap(row, target)
+        return int(self.pool.len[target]) == 0
+
+    def _reuse(self, r: _Request, row: int) -> int:
+        """Copy into `row` the cache of the longest prefix `r.new` shares with a stored new context of the current
+        weights, leaving at least one token to feed; returns its length (0: none)."""
+        new, best, hit = np.asarray(r.new), 0, None
+        for entry in self.prefixes.values():
+            toks, m = entry[1], min(len(entry[1]), len(new))
+            if entry[0] != self.engine.version or m <= best: continue
+            k = m if (eq := toks[:m] == new[:m]).all() else int(eq.argmin())
+            if k > best: best, hit = k, entry
+        n = min(best, len(new) - 1)
+        if n < 1: return 0
+        version, _, ks, vs, ex = hit
+        self.pool.reserve_slots(n)
+        for layer, (k, v) in enumerate(zip(ks, vs)):
+            self.pool.k[layer][row, :, :n] = k[:, :n]; self.pool.v[layer][row, :, :n] = v[:, :n]
+        self.pool.len[row] = n
+        r.experts.append(ex[:n]); r.fed_versions = [version] * n
+        return n
+
+    def _store(self, r: _Request, row: int):
+        "Keep a new context's tokens, keys, values and routing: the newest `prefixes` of them, of the current weights."
+        v, toks, n = self.engine.version, np.asarray(r.new), len(r.new)
+        self.prefixes = {key: e for key, e in self.prefixes.items() if e[0] == v}   # older weights': never reused again
+        self.prefixes[toks.tobytes()] = (v, toks, [k[row, :, :n].clone() for k in self.pool.k],
+                                         [x[row, :, :n].clone() for x in self.pool.v], torch.cat(r.experts)[:n])
+        while len(self.prefixes) > self.max_prefixes: self.prefixes.pop(next(iter(self.prefixes)))
 
     def _admit(self):
         "Prefill the pending requests that fit the token budget: they join the active rows."
@@ -364,19 +395,22 @@ class DecodeServer:
         if not take: return
         lo = len(self.active)
         self.active += take                               # (a failure below fails them with the rest)
-        for i, r in enumerate(take): self._place(r, lo + i)
-        C = max(len(r.new) for r in take)
+        fresh = [self._place(r, lo + i) for i, r in enumerate(take)]
+        skip = [self._reuse(r, lo + i) if f else 0 for i, (r, f) in enumerate(zip(take, fresh))]
+        feed = [r.new[s:] for r, s in zip(take, skip)]
+        C = max(len(f) for f in feed)
         dev = self.pool.len.device
         idx = torch.zeros(len(take), C, dtype=torch.long, device=dev)
-        n = torch.tensor([len(r.new) for r in take], device=dev)
+        n = torch.tensor([len(f) for f in feed], device=dev)
         valid = torch.arange(C, device=dev)[None] < n[:, None]
-        for i, r in enumerate(take): idx[i, :len(r.new)] = torch.tensor(r.new)
+        for i, f in enumerate(feed): idx[i, :len(f)] = torch.tensor(f)
         last = valid & (torch.arange(C, device=dev)[None] == (n - 1)[:, None])
         out = self.engine.model(idx, valid=valid, cache=self.pool.view(lo, lo + len(take)), capture=True, logits_at=last)
         v = self.engine.version
-        for i, r in enumerate(take):
-            r.experts.append(out.experts[i, :len(r.new)]); r.fed_versions = [v] * len(r.new)
-        self.stats["fed"] += int(n.sum()); self.stats["prefills"] += 1
+        for i, (r, f) in enumerate(zip(take, feed)):
+            r.experts.append(out.experts[i, :len(f)]); r.fed_versions += [v] * len(f)
+            if fresh[i]: self._store(r, lo + i)
+        self.stats["fed"] += int(n.sum()); self.stats["reused"] += sum(skip); self.stats["prefills"] += 1
         tok, lp = sample_tokens(out.logits, self.T, self.top_p, u=self._uniforms(take))
         fin = self._record(take, tok, lp)
         self._retire([lo + i for i in fin])
