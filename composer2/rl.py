@@ -212,13 +212,13 @@ def _micro_batches(idx: list[int], lens: list[int], micro_tokens: int, keys: lis
 CALL_TERMS = ("malformed", "failed")   # the reward terms a rollout cut off by the length limit has already earned
 
 def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: float = 1.0, micro_tokens: int = 8192,
-            norm_tokens: int | None = None, version: int | None = None) -> dict:
+            norm_tokens: int | None = None, version: int | None = None, share_prefix: bool = True) -> dict:
     """One RL step on `groups` (RLConfig `cfg_rl`) by the trainer at `version`: advantages (of permuted rewards with
     `shuffle_rewards`; negative ones scaled by `negative_weight`), truncated-IS PG loss (+ KL when `kl_coef` > 0 and a
     `ref_model`), Adam, router biases only with `update_router_bias`. Returns the step's metrics: loss parts, grad_norm,
     zero_signal_groups, adv_abs_mean, entropy, kl_init (NaN without `ref_model`), and the mismatch with and without
     replay: the trained routing mode's over all segments, the other mode's (a metric-only forward) over a subsample of at
-    most `metric_rows` segments (NaN when 0)."""
+    most `metric_rows` segments (NaN when 0). `share_prefix=False` encodes every row whole (`SharedPrefix`'s baseline)."""
     t0 = time.perf_counter()
     dev = model.embed.weight.device
     grpo = cfg_rl.advantage == "grpo"   # shorthand for both of GRPO's normalisations
@@ -252,10 +252,10 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
     for ch in _micro_batches(list(range(len(rows))), lens, micro_tokens, [r[3] for r in rows]):
         b = collate([rows[i][0] for i in ch], [rows[i][1] for i in ch], dev)
         lengths = torch.tensor([rows[i][2] for i in ch], device=dev)
-        lp, rate, ent = token_logprobs(model, b, replay=cfg_rl.router_replay, temperature=T, entropy=True)
+        lp, rate, ent = token_logprobs(model, b, replay=cfg_rl.router_replay, temperature=T, entropy=True, share=share_prefix)
         ref = None
         if use_kl:
-            with torch.no_grad(): ref, _ = token_logprobs(ref_model, b, replay=False, temperature=T)
+            with torch.no_grad(): ref, _ = token_logprobs(ref_model, b, replay=False, temperature=T, share=share_prefix)
         parts = pg_loss(lp, b["logp_sample"], b["adv"], b["mask"], cfg_rl.is_cap, length_norm, lengths, denom,
                         ref, cfg_rl.kl_coef, cfg_rl.kl_estimator)
         parts["loss"].backward()
@@ -280,8 +280,9 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
         with torch.no_grad():
             for ch in _micro_batches(sub, lens, micro_tokens):
                 b = collate([rows[i][0] for i in ch], None, dev)
-                other = token_logprobs(model, b, replay=not cfg_rl.router_replay, temperature=T)[0].cpu()
-                r_ = None if use_kl or ref_model is None else token_logprobs(ref_model, b, replay=False, temperature=T)[0].cpu()
+                other = token_logprobs(model, b, replay=not cfg_rl.router_replay, temperature=T, share=share_prefix)[0].cpu()
+                r_ = (None if use_kl or ref_model is None else
+                      token_logprobs(ref_model, b, replay=False, temperature=T, share=share_prefix)[0].cpu())
                 for j, i in enumerate(ch):
                     other_rows[i] = other[j, :lens[i] - 1]
                     if r_ is not None: ref_rows[i] = r_[j, :lens[i] - 1]
