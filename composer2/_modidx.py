@@ -672,6 +672,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                               'composer2.rl.Segment.n_sampled': ('rl.html#segment.n_sampled', 'composer2/rl.py'),
                               'composer2.rl.SharedPrefix': ('rl.html#sharedprefix', 'composer2/rl.py'),
                               'composer2.rl.SharedPrefix.__init__': ('rl.html#sharedprefix.__init__', 'composer2/rl.py'),
+                              'composer2.rl.SharedPrefix.extend': ('rl.html#sharedprefix.extend', 'composer2/rl.py'),
                               'composer2.rl.SharedPrefix.reserve': ('rl.html#sharedprefix.reserve', 'composer2/rl.py'),
                               'composer2.rl.SharedPrefix.write': ('rl.html#sharedprefix.write', 'composer2/rl.py'),
                               'composer2.rl._forward_at': ('rl.html#_forward_at', 'composer2/rl.py'),

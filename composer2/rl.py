@@ -8,11 +8,12 @@ import random, time
 from dataclasses import dataclass, field
 import numpy as np
 import torch
+from .model import ModelOutput
 from .objectives import group_advantages, kl_k3, kl_penalty, permute_rewards, pg_loss
 
 # %% auto #0
-__all__ = ['CALL_TERMS', 'Segment', 'Rollout', 'Group', 'collate', 'SharedPrefix', 'shared_prefix_len', 'token_logprobs',
-           'mismatch_stats', 'staleness_histogram', 'rl_step']
+__all__ = ['MIN_SHARED', 'CALL_TERMS', 'Segment', 'Rollout', 'Group', 'collate', 'SharedPrefix', 'shared_prefix_len',
+           'token_logprobs', 'mismatch_stats', 'staleness_histogram', 'rl_step']
 
 # %% ../nbs/12_rl.ipynb #11c027
 @dataclass
@@ -105,28 +106,31 @@ def collate(segments: list[Segment], adv: list[float] | None = None, device="cpu
 # %% ../nbs/12_rl.ipynb #11c032-2
 class SharedPrefix:
     """The cache interface of `MoETransformer.forward` (`reserve`, then `write` per layer) for training rows that share
-    their first P inputs: the first forward, of the prefix as one row, keeps each layer's keys and values inside the
-    autograd graph, and the second, of every row's right-padded rest, attends to them (broadcast to the rows, not
-    recomputed) and causally to itself. Not a generation cache: nothing is preallocated or written in place."""
-    def __init__(self): self.k, self.v, self.P = [], [], None
+    a prefix: `k`, `v` hold the keys and values of positions 0..S-1 already encoded (one row per layer, inside the
+    autograd graph); a forward through it encodes a right-padded chunk at positions S.. that attends to them (broadcast
+    to the chunk's rows, not recomputed) and causally to itself. `extend` gives the cache of a one-row chunk's
+    continuations. Not a generation cache: nothing is preallocated or written in place."""
+    def __init__(self, k: list | None = None, v: list | None = None):
+        self.pk, self.pv, self.k, self.v = k or [], v or [], [], []
 
     def reserve(self, valid: torch.Tensor):
-        "Positions and mask of a chunk [B, C]: the prefix (one row, causal) the first time, the rows' rests after it."
-        (B, C), dev = valid.shape, valid.device
-        if self.P is None:
-            if B != 1: raise ValueError("SharedPrefix: the prefix is one row")
-            self.P = C
-            return 0, torch.arange(C, device=dev)[None], None
-        q = self.P + torch.arange(C, device=dev)
-        return self.P, q[None].expand(B, C), (torch.arange(self.P + C, device=dev)[None] <= q[:, None])[None, None]
+        "Positions and mask of a chunk [B, C] after the S cached positions (no mask, i.e. causal, when S = 0)."
+        (B, C), dev, S = valid.shape, valid.device, self.pk[0].shape[2] if self.pk else 0
+        q = S + torch.arange(C, device=dev)
+        return S, q[None].expand(B, C), (torch.arange(S + C, device=dev)[None] <= q[:, None])[None, None] if S else None
 
     def write(self, layer, k, v, start):
-        "Keep the prefix's keys/values; for a rest, return the prefix's (broadcast) followed by its own."
-        if start == 0:
-            self.k.append(k); self.v.append(v)
-            return k, v
+        "Keep the chunk's keys/values; return the cached ones (broadcast to its rows) followed by its own."
+        self.k.append(k); self.v.append(v)
+        if not self.pk: return k, v
         grow = lambda p, t: torch.cat([p.expand(t.shape[0], -1, -1, -1), t], 2)
-        return grow(self.k[layer], k), grow(self.v[layer], v)
+        return grow(self.pk[layer], k), grow(self.pv[layer], v)
+
+    def extend(self) -> "SharedPrefix":
+        "The cache of what follows the last chunk (one row): the cached positions and the chunk's."
+        if self.k[0].shape[0] != 1: raise ValueError("SharedPrefix.extend: only a one-row chunk is a prefix")
+        cat = lambda ps, ts: [torch.cat([p, t], 2) for p, t in zip(ps, ts)] if ps else list(ts)
+        return SharedPrefix(cat(self.pk, self.k), cat(self.pv, self.v))
 
 def shared_prefix_len(x: torch.Tensor, valid: torch.Tensor, experts: torch.Tensor | None = None) -> int:
     """How many leading positions all rows of `x` [B, T] share -- same token, all valid and, given `experts`
@@ -137,22 +141,37 @@ def shared_prefix_len(x: torch.Tensor, valid: torch.Tensor, experts: torch.Tenso
     return max(0, min(int(same.long().cumprod(0).sum()), int(valid.sum(1).min()) - 1))
 
 # %% ../nbs/12_rl.ipynb #11c033
+MIN_SHARED = 16   # positions a prefix must span to be encoded on its own (each costs a forward call)
+
 def _forward_at(model, x, v, rep, at, capture: bool, share: bool):
     """`model(x, valid=v, replay=rep, logits_at=at, capture=capture)` over right-padded rows, its logits in the same
-    row-major order; with `share` (and no `capture`), the rows' common prefix is encoded once (`SharedPrefix`)."""
-    P = shared_prefix_len(x, v, rep) if share and not capture else 0
-    if P == 0:
+    row-major order. With `share` (and no `capture`), the rows are encoded as a prefix tree: the positions a set of rows
+    shares (at least `MIN_SHARED` of them) go through the model once, as one row, and the rows then split by their next
+    token (and its routing) into sets that do the same after it (`SharedPrefix`)."""
+    if not share or capture or x.shape[0] < 2:
         # collate pads on the right, so causal attention alone keeps every real token from seeing padding: without `valid`
         # the forward takes SDPA's causal kernel, which skips the blocks above the diagonal, instead of a [B, 1, T, T] mask
         right = bool((v == (torch.arange(v.shape[1], device=v.device) < v.sum(1, keepdim=True))).all())
         return model(x, valid=None if right else v, replay=rep, capture=capture, logits_at=at)
-    cache, T, u = SharedPrefix(), x.shape[1], at[:, :P].any(0)
-    head = model(x[:1, :P], cache=cache, replay=None if rep is None else rep[:1, :P], logits_at=u[None]).logits
-    out = model(x[:, P:], valid=v[:, P:], cache=cache, replay=None if rep is None else rep[:, P:], logits_at=at[:, P:])
-    (bp, tp), (bs, ts) = at[:, :P].nonzero(as_tuple=True), at[:, P:].nonzero(as_tuple=True)
-    logits = torch.cat([head[(u.long().cumsum(0) - 1)[tp]], out.logits])   # the prefix's rows repeated for each row
-    out.logits = logits[torch.cat([bp * T + tp, bs * T + ts + P]).argsort()]
-    return out
+    T, keys, logits = x.shape[1], [], []
+    def encode(rows: torch.Tensor, s: int, cache: SharedPrefix):
+        part = lambda t, n=None: None if t is None else t[rows, s:None if n is None else s + n]
+        P = shared_prefix_len(part(x), part(v), part(rep))
+        if P < MIN_SHARED:                                   # a leaf: the rows' rests, batched, trimmed to the longest
+            n = int(part(v).sum(1).max())
+            a = part(at, n)
+            out = model(part(x, n), valid=part(v, n), cache=cache, replay=part(rep, n), logits_at=a)
+            b, t = a.nonzero(as_tuple=True)
+            keys.append(rows[b] * T + s + t); logits.append(out.logits)
+            return
+        a = part(at, P); u = a.any(0)
+        head = model(part(x, P)[:1], cache=cache, replay=None if rep is None else part(rep, P)[:1], logits_at=u[None]).logits
+        b, t = a.nonzero(as_tuple=True)                      # the prefix's logits, repeated for each row it is part of
+        keys.append(rows[b] * T + s + t); logits.append(head[(u.long().cumsum(0) - 1)[t]])
+        nxt = x[rows, s + P][:, None] if rep is None else torch.cat([x[rows, s + P][:, None], rep[rows, s + P].flatten(1)], 1)
+        for key in nxt.unique(dim=0): encode(rows[(nxt == key).all(1)], s + P, cache.extend())   # a cache per forward
+    encode(torch.arange(x.shape[0], device=x.device), 0, SharedPrefix())
+    return ModelOutput(torch.cat(logits)[torch.cat(keys).argsort()], None)
 
 def token_logprobs(model, batch: dict, replay: bool = True, temperature: float = 1.0, entropy: bool = False,
                    share: bool = True) -> tuple:

@@ -1,15 +1,15 @@
-"""The RL trainer's step on real groups, each row encoded whole against a group's shared prefix encoded once.
+"""The RL trainer's step on real groups, each row encoded whole against the rows encoded as prefix trees.
 
     python kernels/bench_trainer.py --checkpoint runs/.../sft/final.pt [--prompts 8] [--group 8] [--repeats 3] [--threads 1]
 
 `rl_step`'s forward and backward over a step's segments bound an RL step at cpu scale (kernels/README.md). The rollouts
-of a group start from one prompt and often go on alike for a while, so `rl_step` encodes a micro-batch's common prefix
-once (`composer2.rl.SharedPrefix`). This samples `prompts` groups of `group` episodes from the checkpoint through the
-rollout path (`Rollouts` on a `DecodeServer`, the best_of_k study's cpu settings at temperature 1.0) and runs the same
-`rl_step` on them both ways, interleaved, from the same weights and a fresh Adam each time: `whole`
-(`share_prefix=False`) and `shared` (the default). Written to kernels/results/trainer_<device>.json with the
-positions each path encodes, the medians, `speedup` (whole / shared) and the largest differences between the two
-paths' loss and per-token log-probs.
+of a group start from one prompt and often go on alike for a while, so `rl_step` encodes a group's rows as a prefix
+tree: what a set of rows shares goes through the model once (`composer2.rl.SharedPrefix`, `MIN_SHARED`). This samples
+`prompts` groups of `group` episodes from the checkpoint through the rollout path (`Rollouts` on a `DecodeServer`, the
+best_of_k study's cpu settings at temperature 1.0) and runs the same `rl_step` on them both ways, interleaved, from
+the same weights and a fresh Adam each time: `whole` (`share_prefix=False`) and `shared` (the default). Written to
+kernels/results/trainer_<device>.json with the positions and forward calls each path encodes, the medians, `speedup`
+(whole / shared) and the largest differences between the two paths' loss and per-token log-probs.
 """
 import argparse, copy, json, sys, time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from composer2.actors import build_policy
 from composer2.config import C2Error, load_config
-from composer2.rl import collate, rl_step, shared_prefix_len, token_logprobs, _micro_batches
+from composer2.rl import MIN_SHARED, collate, rl_step, token_logprobs, _micro_batches
 from bench_rollout import SETTINGS, device_name, result_path
 
 def sample_groups(model, cfg, prompts: int, group: int) -> list:
@@ -35,18 +35,24 @@ def sample_groups(model, cfg, prompts: int, group: int) -> list:
         with ThreadPoolExecutor(prompts) as ex: return list(ex.map(lambda t: ro.group(t, group, 0), load_suite(cfg, "train")[:prompts]))
     finally: ro.server.shutdown()
 
-def encoded_positions(groups, micro_tokens: int = 8192) -> dict:
-    "Positions the trainer's forward encodes over the step, each row whole and with shared prefixes (rl_step's micro-batches)."
+def encoded_positions(model, groups, micro_tokens: int = 8192) -> dict:
+    """Positions the trainer's forward encodes over the step (padding included), each row whole and as prefix trees, in
+    rl_step's micro-batches: counted at the model's first block, with the forward calls."""
     rows = sorted([(gi, s) for gi, g in enumerate(groups) for r in g.rollouts for s in r.segments if s.n_sampled],
                   key=lambda x: (x[0], len(x[1].ids)))
     lens = [len(s.ids) for _, s in rows]
-    whole = shared = 0
-    for ch in _micro_batches(list(range(len(rows))), lens, micro_tokens, [g for g, _ in rows]):
-        b = collate([rows[i][1] for i in ch])
-        n = [lens[i] - 1 for i in ch]
-        P = shared_prefix_len(b["ids"][:, :-1], b["valid"][:, :-1], b["experts"])
-        whole += sum(n); shared += sum(n) - (len(ch) - 1) * P
-    return dict(whole=whole, shared=shared)
+    seen = []
+    hook = model.blocks[0].register_forward_hook(lambda m, i, o: seen.append(i[0].shape[0] * i[0].shape[1]))
+    out = {}
+    try:
+        for path, share in (("whole", False), ("shared", True)):
+            seen.clear()
+            with torch.no_grad():
+                for ch in _micro_batches(list(range(len(rows))), lens, micro_tokens, [g for g, _ in rows]):
+                    token_logprobs(model, collate([rows[i][1] for i in ch]), share=share)
+            out[path], out[f"{path}_forward_calls"] = sum(seen), len(seen)
+    finally: hook.remove()
+    return out
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -86,7 +92,8 @@ def main():
         b = collate(segs)
         diff = float((token_logprobs(model, b, share=True)[0] - token_logprobs(model, b, share=False)[0]).abs().max())
     out = dict(device=device_name(), torch=torch.__version__, threads=a.threads, prompts=a.prompts, group=a.group,
-               positions=encoded_positions(groups), seconds=times, median_s=med, speedup=med["whole"] / med["shared"],
+               min_shared=MIN_SHARED,
+               positions=encoded_positions(model, groups), seconds=times, median_s=med, speedup=med["whole"] / med["shared"],
                loss=loss, max_logprob_diff=diff, date=time.strftime("%Y-%m-%d"))
     print(json.dumps(out, indent=1))
     dest = result_path(a.out, "trainer")
