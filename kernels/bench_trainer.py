@@ -4,7 +4,7 @@
 
 `rl_step`'s forward and backward over a step's segments bound an RL step at cpu scale (kernels/README.md). The rollouts
 of a group start from one prompt and often go on alike for a while, so `rl_step` encodes a group's rows as a prefix
-tree: what a set of rows shares goes through the model once (`composer2.rl.SharedPrefix`, `MIN_SHARED`). This samples
+tree: what a set of rows shares goes through the model once (`composer2.rl.SharedPrefix`). This samples
 `prompts` groups of `group` episodes from the checkpoint through the rollout path (`Rollouts` on a `DecodeServer`, the
 best_of_k study's cpu settings at temperature 1.0) and runs the same `rl_step` on them both ways, interleaved, from
 the same weights and a fresh Adam each time: `whole` (`share_prefix=False`) and `shared` (the default). Written to
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from composer2.actors import build_policy
 from composer2.config import C2Error, load_config
-from composer2.rl import MIN_SHARED, collate, rl_step, token_logprobs, _micro_batches
+from composer2.rl import collate, rl_step, token_logprobs, _micro_batches
 from bench_rollout import SETTINGS, device_name, result_path
 
 def sample_groups(model, cfg, prompts: int, group: int) -> list:
@@ -92,7 +92,6 @@ def main():
         b = collate(segs)
         diff = float((token_logprobs(model, b, share=True)[0] - token_logprobs(model, b, share=False)[0]).abs().max())
     out = dict(device=device_name(), torch=torch.__version__, threads=a.threads, prompts=a.prompts, group=a.group,
-               min_shared=MIN_SHARED,
                positions=encoded_positions(model, groups), seconds=times, median_s=med, speedup=med["whole"] / med["shared"],
                loss=loss, max_logprob_diff=diff, date=time.strftime("%Y-%m-%d"))
     print(json.dumps(out, indent=1))
