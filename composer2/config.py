@@ -290,11 +290,11 @@ class RLConfig:
     is_cap: float = opt(2.0, lo=1.0, doc="truncated importance-sampling cap on p_train / p_sample")
     overlong_mask: bool = opt(False, doc="drop rollouts cut off by the length limit from the loss")
     overlong_penalties: bool = opt(False, doc="with overlong_mask, train a cut-off rollout on the penalties of its tool calls (malformed, failed) against its group's mean of them instead of dropping it: the mask hides the unknown outcome, not the calls the policy already got wrong")
+    overlong_clip: bool = opt(False, doc="with overlong_penalties, clip a cut-off rollout's advantage at 0: its wrong calls cost, but running out of turns with fewer of them than its group is never rewarded")
     kl_estimator: str = opt("k1", choices=["k1", "k2", "k3"])
     kl_coef: float = opt(0.0, lo=0.0)
     router_replay: bool = opt(True)
-    update_router_bias: bool = opt(False, doc="keep the aux-loss-free router-bias balancing running during RL; off (default), "
-                                               "routing moves only with the policy's gradient, not with a load statistic unrelated to reward")
+    update_router_bias: bool = opt(False, doc="keep the aux-loss-free router-bias balancing running during RL; off (default), routing moves only with the policy's gradient, not with a load statistic unrelated to reward")
     metric_rows: int = opt(8, lo=0, doc="segments per step given the metric-only forwards: the other routing mode (mismatch "
                                         "with vs without replay) and, without a KL loss, the reference (kl_init); 0 skips them")
     negative_weight: float = opt(1.0, lo=0.0, hi=1.0, doc="scale of the negative advantages: 1 is Dr. GRPO as is; 0 trains only on "

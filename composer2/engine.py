@@ -382,8 +382,8 @@ class DecodeServer:
         "Keep a new context's tokens, keys, values and routing: the newest `prefixes` of them, of the current weights."
         v, toks, n = self.engine.version, np.asarray(r.new), len(r.new)
         self.prefixes = {key: e for key, e in self.prefixes.items() if e[0] == v}   # older weights': never reused again
-        self.prefixes[toks.tobytes()] = (v, toks, [k[row, :, :n].clone() for k in self.pool.k],
-                                         [x[row, :, :n].clone() for x in self.pool.v], torch.cat(r.experts)[:n])
+        self.prefixes[toks.tobytes()] = self.prefixes.pop(toks.tobytes(), None) or (   # already kept: made newest, not copied
+            v, toks, [k[row, :, :n].clone() for k in self.pool.k], [x[row, :, :n].clone() for x in self.pool.v], torch.cat(r.experts)[:n])
         while len(self.prefixes) > self.max_prefixes: self.prefixes.pop(next(iter(self.prefixes)))
 
     def _admit(self):

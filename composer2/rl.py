@@ -253,7 +253,8 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
         pen_adv = group_advantages(pen, std_norm=std_norm) if pen else np.zeros(0)
         for r, a, pa in zip(g.rollouts, adv, pen_adv):
             cut = cfg_rl.overlong_mask and r.truncated
-            if cut and cfg_rl.overlong_penalties: a = pa   # its outcome is unknown; the calls it made so far are not
+            if cut and cfg_rl.overlong_penalties:   # its outcome is unknown; the calls it made so far are not
+                a = min(pa, 0.0) if cfg_rl.overlong_clip else pa   # (clipped: running out of turns is never a gain)
             a = float(a * cfg_rl.negative_weight if a < 0 else a)
             advs.append(a)
             if cut and not cfg_rl.overlong_penalties: continue
