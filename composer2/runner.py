@@ -171,8 +171,8 @@ def run_study(name: str, scale: str = "cpu", out=None, overrides=(), rebuild_ind
     check_out_dir(out, name)
     out.mkdir(parents=True, exist_ok=True)
     resuming = (out / "checkpoint.json").is_file()   # a requeued job: keep the log of the earlier attempt
-    try: last = json.loads((out / "results.json").read_text()).get("wall_time_s")   # what the previous run here took
-    except (OSError, ValueError): last = None
+    try: last = json.loads((out / "results.json").read_text())   # what the previous run here took
+    except (OSError, ValueError): last = {}
     expected = cell_seconds(out / f"{name}.ipynb")   # the previous run's seconds per cell, for the bar's time left
     for stale in ["results.json", f"{name}.ipynb", f"{name}.html"] + ([] if resuming else [f"{name}.log"]):
         (out / stale).unlink(missing_ok=True)
@@ -183,7 +183,9 @@ def run_study(name: str, scale: str = "cpu", out=None, overrides=(), rebuild_ind
     pm_log.propagate = False
     pm_log.info(f"study {name} ({st.reproduces}) at scale {scale} -> {out}; parameters {json.dumps(params)}")
     if not quiet:
-        took = f"the last run here took {last / 60:.0f} min" if isinstance(last, (int, float)) else "no earlier run here"
+        w, s = last.get("wall_time_s"), last.get("scratch_s")   # s: with the training it found in the run cache
+        took = "no earlier run here" if not isinstance(w, (int, float)) else f"the last run here took {w / 60:.0f} min" + (
+            f" ({s / 60:.0f} min counting the training it reused from the run cache)" if isinstance(s, (int, float)) and s > w + 60 else "")
         print(f"{name} ({scale}): started {started:%H:%M}, {took}; log: {log_path}", flush=True)
     n_cells = len(json.loads(st.notebook.read_text())["cells"]) + 1   # + the parameters cell papermill injects
     bar = CellProgress(f"{name} ({scale})", n_cells, expected, disable=quiet); pm_log.addHandler(bar)

@@ -189,6 +189,10 @@ def test_param_override_and_own_out_dir(tmp_path, smoke):
     assert res["params"]["lam"] == 0.003 and len(res["metrics"]["tasks"]) == 9
     assert "length_penalty (smoke): started" in r.stdout and "no earlier run here" in r.stdout and f"log: {out}/length_penalty.log" in r.stdout
     assert not (tmp_path / "index.md").exists()      # an --out outside the results root leaves the index alone
+    # a rerun says what the last one took, and what it would have taken without the training it found in the run cache
+    (out / "results.json").write_text(json.dumps({**res, "wall_time_s": 60.0, "scratch_s": 1500.0}))
+    r = c2("study", "run", "length_penalty", "--scale", "smoke", "--out", str(out), "-p", "n_tasks=9", env=smoke[1])
+    assert r.returncode == 0 and "the last run here took 1 min (25 min counting the training it reused from the run cache)" in r.stdout, r.stdout
     # that dir now belongs to length_penalty
     one_line_error(c2("study", "run", "kl_estimators", "--scale", "smoke", "--out", str(out)),
                    f"output dir {out} holds results of study 'length_penalty'")
