@@ -295,19 +295,25 @@ def paired_bootstrap(before, after, n_boot: int = 10000, seed: int = 0, level: f
     lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
     return dict(mean=float(d.mean()), lo=float(lo), hi=float(hi), n=len(d), level=level)
 
-def slope_interval(x, y, level: float = 0.95) -> dict:
-    "Least-squares slope of y on x with its t-interval (a trend over steps, e.g. the training reward)."
+def slope_interval(x, y, level: float = 0.95, groups=None) -> dict:
+    """Least-squares slope of y on x with its t-interval (a trend over steps, e.g. the training reward). With `groups`
+    (a label per point) the slope is the one within groups: each group's own means are taken out of x and y (a fixed
+    effect per group, one degree of freedom each), so what a group's points share -- e.g. the prompts one RL seed trains
+    on, the same at every level -- moves neither the slope nor its interval."""
     from scipy import stats
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if len(x) < 3: raise ValueError("slope_interval needs at least three points")
+    g = np.zeros(len(x), dtype=int) if groups is None else np.unique(np.asarray(groups), return_inverse=True)[1]
+    df = len(x) - g.max() - 2
+    if df < 1: raise ValueError(f"slope_interval needs more points than groups + 1 ({len(x)} points, {g.max() + 1} groups)")
     # the textbook formulas rather than scipy's linregress, which answers NaN for a series that does not vary (an exact
     # fit: slope 0, interval [0, 0])
-    dx = x - x.mean()
+    within = lambda v: v - (np.bincount(g, v) / np.bincount(g))[g]
+    dx, dy = within(x), within(y)
     sxx = float(dx @ dx)
-    if sxx == 0: raise ValueError("slope_interval needs at least two distinct x")
-    slope = float(dx @ (y - y.mean())) / sxx
-    resid = y - y.mean() - slope * dx
-    h = stats.t.ppf((1 + level) / 2, len(x) - 2) * math.sqrt(float(resid @ resid) / (len(x) - 2) / sxx)
+    if sxx == 0: raise ValueError("slope_interval needs at least two distinct x (within a group)")
+    slope = float(dx @ dy) / sxx
+    resid = dy - slope * dx
+    h = stats.t.ppf((1 + level) / 2, df) * math.sqrt(float(resid @ resid) / df / sxx)
     return dict(slope=slope, lo=slope - h, hi=slope + h, n=len(x), level=level)
 
 # %% ../nbs/08_studies.ipynb #b0c7e1a1

@@ -318,3 +318,5 @@ def test_cpt_to_rl_results(smoke):
     assert m["stages"]["small"]["sft"]["internal_nll"] == bk["stages"]["sft"]["internal_nll"]
     assert len(m["points"]) == len(m["levels"]) * len(m["seeds"]) and m["levels"] == ["small", "medium", "large"]
     assert {c["id"]: c["holds"] for c in res["claims"]}["sft_loss_ordered"] is True
+    # the fit is within seeds (each seed's prompts the same at every level), the pooled one kept beside it
+    assert m["spearman"]["within"] == "seeds" and 0 < m["spearman"]["p"] <= 1 and set(m["pooled"]) == {"fit", "spearman"}
