@@ -303,8 +303,9 @@ def slope_interval(x, y, level: float = 0.95, groups=None) -> dict:
     from scipy import stats
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     g = np.zeros(len(x), dtype=int) if groups is None else np.unique(np.asarray(groups), return_inverse=True)[1]
-    df = len(x) - g.max() - 2
-    if df < 1: raise ValueError(f"slope_interval needs more points than groups + 1 ({len(x)} points, {g.max() + 1} groups)")
+    k = len(np.unique(g))
+    if len(x) - k - 1 < 1: raise ValueError(f"slope_interval needs more points than groups + 1 ({len(x)} points, {k} groups)")
+    df = len(x) - k - 1
     # the textbook formulas rather than scipy's linregress, which answers NaN for a series that does not vary (an exact
     # fit: slope 0, interval [0, 0])
     within = lambda v: v - (np.bincount(g, v) / np.bincount(g))[g]
