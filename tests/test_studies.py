@@ -157,7 +157,7 @@ def test_best_of_k_results(smoke):
     assert m["evals"]["shuffle"][0] == m["evals"]["rl"][0] == m["evals"]["rl_replicate"][0]   # one step-0 evaluation (same weights, same streams)
     assert {c["id"] for c in res["claims"]} == {"sft_keeps_base", "sft_solves_some", "pass1_rises", "best_of_k_rises",
                                                 "train_reward_rises", "pass1_rises_replicate", "control_flat", "malformed_calls_fall", "train_reward_beats_control",
-                                                "eval_precise"}
+                                                "train_reward_rises_vs_sft", "eval_precise"}
     for run in m["runs"]: assert m["malformed_trend"][run]["lo"] <= m["malformed_trend"][run]["slope"] <= m["malformed_trend"][run]["hi"]
     pt = m["paired_trend"]   # real minus control per prompt: every prompt both runs trained, each at the step the real run took it
     assert pt["prompts"] == len(pt["points"]) >= 3 and pt["lo"] <= pt["slope"] <= pt["hi"]
@@ -165,6 +165,13 @@ def test_best_of_k_results(smoke):
     # the control samples each prompt from the real run's streams: what both sampled from the initial weights is the same
     # (one group may differ by float rounding: the two runs batch different rows together; at cpu scale 15 of 16 matched)
     assert pt["first_groups"]["n"] >= c.rl.prompts_per_step and pt["first_groups"]["identical"] >= pt["first_groups"]["n"] - 1
+    # each run against the SFT policy's own group on every prompt it trained, sampled from the same streams: what a run
+    # sampled from the initial weights (its first step, before any update) is the SFT group again, a difference of 0
+    for run in m["runs"]:
+        vs = m["vs_sft_trend"][run]
+        assert vs["prompts"] == len(vs["points"]) == c.rl.steps * c.rl.prompts_per_step and vs["lo"] <= vs["slope"] <= vs["hi"]
+        first = [d for s, d in vs["points"] if s == 0]
+        assert len(first) == c.rl.prompts_per_step and sum(d == 0 for d in first) >= len(first) - 1, first
     assert (out / "best_of_k.png").stat().st_size > 10_000
 
 def test_rl_systems_results(smoke):
