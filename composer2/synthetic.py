@@ -360,15 +360,15 @@ def _long_task(c: TasksConfig, r: random.Random, context_tokens: int, factor: fl
     r.shuffle(items)
     proj = r.choice(["billing", "shop", "tracker", "ledger-tools", "gradebook", "depot", "scoreboard"])
     readme = f"# {proj}\n\nRelease checklist:\n" + "".join(f"- [ ] {i}\n" for i in items) + "\nRun `python3 run_tests.py` when done.\n"
-    prompt = r.choice(_LH_PROMPTS)
-    must_read = ["README.md", "config.py"] + [f"{m}.py" for m in bug_mods]
+    prompt = r.choice(_LH_PROMPTS) + ":\n" + "".join(f"- [ ] {i}\n" for i in items)   # the task quotes the checklist
+    must_read = ["config.py"] + [f"{m}.py" for m in bug_mods]   # the README only repeats the prompt
     files, sol = render()
     # what the fixes write: the target lines of every changed hunk (padding below leaves them alone)
     added = "".join(b for f in (f for _, f in bugs) for op, _, _, j1, j2 in
                     difflib.SequenceMatcher(None, f.bad.splitlines(True), f.good.splitlines(True), autojunk=False).get_opcodes()
                     if op != "equal" for b in f.good.splitlines(True)[j1:j2])
-    need = lambda files: estimate_tokens(prompt + readme + "".join(files[p] for p in must_read[1:]) + added, count_tokens)
-    while (short := factor * context_tokens - need(files)) > 0:   # pad the modules that must be read with correct functions
+    need = lambda files: estimate_tokens(prompt + "".join(files[p] for p in must_read) + added, count_tokens)
+    while (short := factor * context_tokens - need(files)) >= 0:   # pad the modules that must be read with correct functions
         for _ in range(max(1, int(short) // 80)):
             m = r.choice(bug_mods)
             content[m].insert(r.randint(0, len(content[m])), _make_functions(r, [], 1, used)[0])
