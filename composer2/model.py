@@ -186,7 +186,7 @@ class Attention(nn.Module):
         rope = rope_table(pos, c.head_dim, c.rope_base, torch.promote_types(q.dtype, torch.float32))
         q, k = apply_rope(q, pos, c.rope_base, rope), apply_rope(k, pos, c.rope_base, rope)
         if cache is not None: k, v = cache.write(layer, k, v, start)
-        if T == 1 and mask is not None and mask.shape[2] == 1: y = decode_attention(q, k, v, mask)
+        if T == 1 and mask is not None: y = decode_attention(q, k, v, mask)
         else: y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
                                                  enable_gqa=c.n_heads != c.n_kv_heads)
         return self.wo(y.transpose(1, 2).reshape(B, T, -1))

@@ -304,8 +304,8 @@ def slope_interval(x, y, level: float = 0.95, groups=None) -> dict:
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     g = np.zeros(len(x), dtype=int) if groups is None else np.unique(np.asarray(groups), return_inverse=True)[1]
     k = len(np.unique(g))
-    if len(x) - k - 1 < 1: raise ValueError(f"slope_interval needs more points than groups + 1 ({len(x)} points, {k} groups)")
     df = len(x) - k - 1
+    if df < 1: raise ValueError(f"slope_interval needs more points than groups + 1 ({len(x)} points, {k} groups)")
     # the textbook formulas rather than scipy's linregress, which answers NaN for a series that does not vary (an exact
     # fit: slope 0, interval [0, 0])
     within = lambda v: v - (np.bincount(g, v) / np.bincount(g))[g]
