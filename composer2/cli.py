@@ -11,8 +11,8 @@ from .config import LEVELS, STAGES, SUITES, TASK_SPLITS, C2Error, Preempted, ato
 from .runner import StudyFailed
 
 # %% auto #0
-__all__ = ['system_info', 'cmd_info', 'cmd_config', 'cmd_data_build', 'cmd_train', 'cmd_generate', 'cmd_pretrain', 'cmd_rl',
-           'cmd_reproduce', 'cmd_study_list', 'cmd_study_run', 'cmd_study_submit', 'cmd_study_status',
+__all__ = ['system_info', 'cmd_info', 'cmd_config', 'cmd_data_build', 'copy_line', 'cmd_train', 'cmd_generate', 'cmd_pretrain',
+           'cmd_rl', 'cmd_reproduce', 'cmd_study_list', 'cmd_study_run', 'cmd_study_submit', 'cmd_study_status',
            'cmd_study_index', 'cmd_tasks_stats', 'cmd_tasks_oracle', 'cmd_tasks_show', 'parser', 'main',
            'cmd_tasks_eval', 'cmd_export', 'cmd_import']
 
@@ -79,6 +79,13 @@ def cmd_data_build(a):
     d = build_data(_cfg(a), progress=True, force=a.force)
     print(f"data ready: {d.path}")
 
+# %% ../nbs/36_cli.ipynb #23c008-4b
+def copy_line(c: dict) -> str:
+    "One line on a checkpoint's in-context copying (`composer2.train.copy_nll`)."
+    return (f"in-context copy: a repeated random span at {c['repeat']:.2f} nats/token, {c['first']:.2f} the first time "
+            f"(ln V = {c['uniform']:.2f}; a model that copies is near 0 the second time)")
+
+
 # %% ../nbs/36_cli.ipynb #23c008-5
 def cmd_train(a):
     from composer2.pretrain import train
@@ -92,6 +99,7 @@ def cmd_train(a):
           f"tok/s on {res['device']}); {p['total']:,} params, {p['active']:,} active")
     before = res["initial_internal_nll"]   # None when the run resumed from a checkpoint
     print(f"internal-codebase NLL: {'' if before is None else f'{before:.3f} -> '}{res['internal_nll']:.3f} nats/token")
+    if "copy" in res: print(copy_line(res["copy"]))
     if res["stopped_early"]:
         print(f"stopped early: the train.minutes={cfg.train.minutes:g} budget ended the run after {res['steps']} of "
               f"{res['planned_steps']} steps, before the learning-rate schedule (sized for {res['planned_steps']}) decayed")
@@ -122,6 +130,7 @@ def cmd_pretrain(a):
         f = lambda v: "n/a" if v is None else f"{v:.3f}"
         print(f"{r['stage']}: {r['steps']} steps, {r['tokens']:,} tokens; internal-codebase NLL {f(r['internal_nll'])}, "
               f"val loss {f(r['val_loss'])}, MTP agreement {f(r['mtp_agreement'])}")
+        if "copy" in r: print(copy_line(r["copy"]))   # (stages trained before it was measured have none)
 
 # %% ../nbs/36_cli.ipynb #23c008-8
 def cmd_rl(a):

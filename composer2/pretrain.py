@@ -16,7 +16,7 @@ from .config import LEVELS, STAGES, C2Error, Config, Preempted, atomic_write, to
 from .data import DataDir, PAD_ID, open_data
 from .model import MoETransformer, training_loss
 from .protocol import SYSTEM_PROMPT, Message, Transcript, context_segments, format_tool_call
-from .train import build_model, codebase_nll, load_checkpoint, lr_at, read_torch, save_checkpoint
+from .train import build_model, codebase_nll, copy_nll, load_checkpoint, lr_at, read_torch, save_checkpoint
 
 # %% auto #0
 __all__ = ['PEAK_BF16_FLOPS', 'StagePlan', 'stage_dir', 'stage_plan', 'WindowStream', 'TranscriptStream', 'render_transcript',
@@ -385,7 +385,7 @@ def run_plan(cfg: Config, plan: StagePlan, out: Path, data: DataDir | None = Non
     done = dict(stage=plan.name, steps=trainer.global_step, planned_steps=plan.steps, stopped_early=trainer.global_step < plan.steps,
                 tokens=tokens, seconds=time.time() - t0, resumed_from=start, initial_internal_nll=before,
                 internal_nll=metrics.get("val/internal_nll"), val_loss=metrics.get("val/loss"),
-                mtp_agreement=metrics.get("val/mtp_agreement"), params=module.model.param_counts(), checkpoint=str(out / "final.pt"),
+                mtp_agreement=metrics.get("val/mtp_agreement"), copy=copy_nll(module.model, data.vocab_size), params=module.model.param_counts(), checkpoint=str(out / "final.pt"),
                 device=str(module.device))
     atomic_write(out / "done.json", json.dumps(done, indent=1))
     return done

@@ -8,11 +8,11 @@ import copy, dataclasses, math, zipfile
 from pathlib import Path
 import numpy as np, torch
 from .config import C2Error, Config, atomic_write, to_yaml
-from .data import eval_windows
+from .data import SPECIAL_TOKENS, eval_windows
 from .model import MoETransformer
 
 # %% auto #0
-__all__ = ['pick_device', 'build_model', 'lr_at', 'codebase_nll', 'save_checkpoint', 'read_torch', 'load_checkpoint']
+__all__ = ['pick_device', 'build_model', 'lr_at', 'codebase_nll', 'copy_nll', 'save_checkpoint', 'read_torch', 'load_checkpoint']
 
 # %% ../nbs/07_train.ipynb #04c004
 def pick_device(name: str = "auto") -> torch.device:
@@ -53,6 +53,23 @@ def codebase_nll(model: MoETransformer, tokens: np.ndarray, seq_len: int, batch_
     if batch: flush()
     model.train(was)
     return dict(nll_sum=total, tokens=count, nll=total / max(count, 1))
+
+# %% ../nbs/07_train.ipynb #04c006-1
+@torch.no_grad()
+def copy_nll(model: MoETransformer, vocab_size: int, n: int = 16, span: int = 40, gap: int = 60, seed: int = 0) -> dict:
+    """In-context copying: NLL per token (nats) of a span of random ordinary tokens the first time and the second time it
+    appears (`n` rows of span, gap of other random tokens, span again), each scored from its 11th token on, once the
+    repeat is under way; `uniform` is ln V, what a model that ignores its context would score."""
+    was = model.training; model.eval()
+    g = torch.Generator().manual_seed(seed)
+    lo = len(SPECIAL_TOKENS)
+    a, b = torch.randint(lo, vocab_size, (n, span), generator=g), torch.randint(lo, vocab_size, (n, gap), generator=g)
+    x = torch.cat([a, b, a], 1).to(model.embed.weight.device)
+    nll = torch.nn.functional.cross_entropy(model(x).logits[:, :-1].float().transpose(1, 2), x[:, 1:], reduction="none")
+    model.train(was)
+    first, repeat = nll[:, 9:span - 1].mean().item(), nll[:, span + gap + 9:].mean().item()   # predicting tokens 10.. of a span
+    return dict(first=first, repeat=repeat, uniform=math.log(vocab_size))
+
 
 # %% ../nbs/07_train.ipynb #04c007
 def save_checkpoint(path: Path, model: MoETransformer, cfg: Config, **extra):

@@ -313,7 +313,10 @@ def test_self_summary_results(smoke):
     n = m["n_eval_tasks"]
     assert all(len(m["per_task_last"][a]) == n and all(r["tokens"] > 0 and 1 <= r["level"] <= 3 for r in m["per_task_last"][a]) for a in m["arms"])
     assert {c["id"] for c in res["claims"]} == {"self_beats_prompt", "self_beats_truncate", "self_fewer_tokens",
-                                                "summaries_rise_with_difficulty", "rl_trains_summaries", "episodes_overflow"}
+                                                "summaries_rise_with_difficulty", "rl_trains_summaries", "sft_copies",
+                                                "episodes_overflow"}
+    # in-context copying of the base and SFT checkpoints: an untrained-scale model does not copy (repeat ~ first ~ ln V)
+    assert set(m["copying"]) == {"base", "sft"} and all(abs(c["repeat"] - c["first"]) < 0.5 for c in m["copying"].values())
 
 def test_cpt_to_rl_results(smoke):
     """Three cpt levels through the same SFT and identical RL runs; the `small` level is best_of_k's pipeline (shared: the
