@@ -66,8 +66,9 @@ class OraclePolicy:
         done = f"Fixed {', '.join(fixed)}; the tests pass." if fixed else f"Fixed {', '.join(changed)}; the tests pass."
         checklist = task.meta.get("checklist") or []
         self.task, self.fix_turn, self.summaries = task, {}, []
+        self.quoted = all(i in task.prompt for i in checklist)   # the prompt quotes the checklist
         if checklist:   # the checklist says what the rest of the work is: read the README first unless the prompt quotes it
-            first = [p for p in must if p.lower().startswith("readme") and not all(i in task.prompt for i in checklist)]
+            first = [p for p in must if p.lower().startswith("readme") and not self.quoted]
             self.plan = [_turn(_read_calls(task, first) + [("shell", {"command": "ls"})])]
             if self.context:   # one file at a time: config.py with the to-dos, then read and fix each module in turn
                 self.plan.append(_turn([("todo", {"add": list(checklist)})] + _read_calls(task, [p for p in must if p == "config.py"])))
@@ -109,7 +110,7 @@ class OraclePolicy:
         t = self.task
         fixed = [p for p, i in self.fix_turn.items() if i < self.turn]
         todo = [p for p in self.fix_turn if p not in fixed]
-        lines = [f"task: {t.prompt}"] * (not all(i in t.prompt for i in t.meta.get("checklist") or []))   # else the resumed head has it
+        lines = [f"task: {t.prompt}"] * (not self.quoted)   # else the resumed head has it
         lines += [f"[{'x' if any(p in item for p in fixed) else ' '}] {item}" for item in t.meta.get("checklist") or []]
         if t.meta.get("constants") and self.turn >= 2:   # config.py was read in the second turn
             lines.append("config.py: " + ", ".join(f"{k} = {v!r}" for k, v in t.meta["constants"].items()))
