@@ -385,8 +385,8 @@ def run_plan(cfg: Config, plan: StagePlan, out: Path, data: DataDir | None = Non
     done = dict(stage=plan.name, steps=trainer.global_step, planned_steps=plan.steps, stopped_early=trainer.global_step < plan.steps,
                 tokens=tokens, seconds=time.time() - t0, resumed_from=start, initial_internal_nll=before,
                 internal_nll=metrics.get("val/internal_nll"), val_loss=metrics.get("val/loss"),
-                mtp_agreement=metrics.get("val/mtp_agreement"), copy=copy_nll(module.model, data.vocab_size), params=module.model.param_counts(), checkpoint=str(out / "final.pt"),
-                device=str(module.device))
+                mtp_agreement=metrics.get("val/mtp_agreement"), copy=copy_nll(module.model, data.vocab_size),
+                params=module.model.param_counts(), checkpoint=str(out / "final.pt"), device=str(module.device))
     atomic_write(out / "done.json", json.dumps(done, indent=1))
     return done
 
