@@ -147,6 +147,7 @@ def test_best_of_k_results(smoke):
     c = load_config(res["params"]["base_scale"], overrides=res["params"]["config"])   # what the study's runs were given
     assert set(m["stages"]) == {"base", "cpt-small", "mtp", "long", "sft"} and m["stages"]["sft"]["steps"] == c.pretrain.sft_steps
     assert m["runs"] == ["rl", "rl_replicate", "shuffle"] and m["ks"] == [1, 2]      # the real run, its replicate, the reward-shuffle control
+    assert set(m["sft_copying"]) == {"first", "repeat", "uniform"}   # in-context copying of the policy RL starts from
     for run in m["runs"]:
         assert len(m["steps"][run]) == m["rl"][run]["steps"] == c.rl.steps
         assert [int(e["step"]) for e in m["evals"][run]] == list(range(0, c.rl.steps + 1, c.rl.eval_every))
