@@ -1,6 +1,7 @@
 """Throughput of the rollout environment: sandboxed calls per second, latency of one call, workspace creation rate, oracle rollout steps per second.
 
-    python kernels/bench_env.py [--parts workspace latency throughput oracle] [--workers 2 4 8] [--calls 300] [--quick]
+    python kernels/bench_env.py [--parts workspace latency throughput baseline oracle judge] [--workers 2 4 8] [--calls 300]
+                                [--judge-against REV] [--quick]
 
 Each measurement is a function `measure_<name>(args) -> dict` registered in MEASUREMENTS, so a new one (e.g. oracle
 rollout steps/s) is one function and one entry. Results are printed, compared with the targets (>= 100 sandboxed
@@ -115,8 +116,45 @@ def measure_oracle(a) -> dict:
                             tool_calls_per_s=sum(e.toolbox.n_calls for e in eps) / dt, solved=sum(e.solved for e in eps) / n)
     return out
 
+def measure_judge(a) -> dict:
+    """CPU of one judge run (`composer2.judge.judge`: the tests restored, the runner in a fresh sandbox; once per episode) on
+    synthetic tasks, as shipped and solved, in the sandboxes' processes: this checkout's runner and, with
+    `--judge-against REV`, that commit's `JUDGE_RUNNER`, interleaved three times (the same verdicts asserted)."""
+    import composer2.judge as J
+    from composer2.config import load_config
+    from composer2.synthetic import synthetic_suite
+    runners = {"this checkout": J.JUDGE_RUNNER}
+    if a.judge_against:
+        src = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "show", f"{a.judge_against}:composer2/judge.py"],
+                             capture_output=True, text=True)
+        if src.returncode: raise C2Error(f"--judge-against {a.judge_against}: {src.stderr.strip()[:200]}")
+        q = "'" * 3   # the runner is the module's one triple-quoted raw string: JUDGE_RUNNER = r<q>...<q>
+        i, ns = src.stdout.index(f"JUDGE_RUNNER = r{q}"), {}
+        exec(src.stdout[i:src.stdout.index(q + "\n", i) + 4], ns)
+        runners[a.judge_against] = ns["JUDGE_RUNNER"]
+    tasks = synthetic_suite(load_config("smoke").tasks, "eval", 10 if a.quick else 30)
+    runs = {k: [] for k in runners}
+    try:
+        for _ in range(3):
+            for name, runner in runners.items():
+                J.JUDGE_RUNNER, verdicts, c0, t = runner, [], os.times(), time.perf_counter()
+                for task in tasks:
+                    for files in (task.files, task.solution):
+                        ws = make_workspace(files)
+                        try: verdicts.append(J.judge(task, ws, Sandbox(ws, SandboxConfig())).solved)
+                        finally: remove_workspace(ws)
+                dt, c1 = time.perf_counter() - t, os.times()
+                assert verdicts == [False, True] * len(tasks), f"{name}: wrong verdicts"
+                runs[name].append(dict(cpu_ms=1000 * (c1.children_user + c1.children_system - c0.children_user - c0.children_system) / len(verdicts),
+                                       wall_ms=1000 * dt / len(verdicts)))
+    finally: J.JUDGE_RUNNER = runners["this checkout"]
+    out = {k: dict(judged=2 * len(tasks), repeats=len(v), cpu_ms_per_judge=statistics.median(r["cpu_ms"] for r in v),
+                   wall_ms_per_judge=statistics.median(r["wall_ms"] for r in v)) for k, v in runs.items()}
+    if a.judge_against: out["ratio"] = dict(cpu=out[a.judge_against]["cpu_ms_per_judge"] / out["this checkout"]["cpu_ms_per_judge"])
+    return out
+
 MEASUREMENTS = {"workspace": measure_workspace, "latency": measure_latency, "throughput": measure_throughput, "baseline": measure_baseline,
-                "oracle": measure_oracle}
+                "oracle": measure_oracle, "judge": measure_judge}
 
 def summary(res: dict) -> dict:
     "The numbers the targets are about, with their ratios (>= 1 means met)."
@@ -137,6 +175,7 @@ def main():
     ap.add_argument("--parts", nargs="+", default=list(MEASUREMENTS), choices=list(MEASUREMENTS))
     ap.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--judge-against", default="", metavar="REV", help="judge: also time the runner of this git revision")
     ap.add_argument("--quick", action="store_true", help="few repetitions (a smoke check of the script)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     a = ap.parse_args()
