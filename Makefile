@@ -14,15 +14,16 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)   # Jupyter refuses 
 
 setup: system-packages $(STAMP)
 
-# Debian packages: bubblewrap (the rollout sandboxes), chromium (the results page checked in a real browser) and the real local Slurm cluster (munge, slurmctld, slurmd,
+# Debian packages: bubblewrap (the rollout sandboxes), chromium (the results page checked in a real browser), gcc (composer2.native's
+# decode-attention kernel, built on first use) and the real local Slurm cluster (munge, slurmctld, slurmd,
 # slurmdbd, MariaDB). Installed when missing and we are root; otherwise one line says so (the tests that need them
 # are then skipped, which CI counts as failing).
 system-packages:
 	@bash slurm/cluster.sh install
-	@{ command -v bwrap >/dev/null && ldconfig -p | grep -q libseccomp.so.2 && command -v chromium >/dev/null; } || { if [ "$$(id -u)" = 0 ]; then echo "installing bubblewrap, libseccomp2 and chromium"; \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap libseccomp2 chromium >/dev/null \
-		|| { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap libseccomp2 chromium >/dev/null; }; \
-		else echo "not installing bubblewrap and chromium (needs root: apt-get install bubblewrap chromium); the sandbox and results-page tests will be skipped"; fi; }
+	@{ command -v bwrap >/dev/null && ldconfig -p | grep -q libseccomp.so.2 && command -v chromium >/dev/null && command -v cc >/dev/null; } || { if [ "$$(id -u)" = 0 ]; then echo "installing bubblewrap, libseccomp2, chromium and a C compiler"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap libseccomp2 chromium gcc libc6-dev >/dev/null \
+		|| { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap libseccomp2 chromium gcc libc6-dev >/dev/null; }; \
+		else echo "not installing bubblewrap, chromium and gcc (needs root: apt-get install bubblewrap chromium gcc); the sandbox and results-page tests will be skipped, and decoding uses PyTorch's attention"; fi; }
 
 # Idempotent: reruns only when the packaging files change. torch is installed first from its pin
 # so that nothing else can pull a CUDA build.

@@ -370,11 +370,8 @@ class DecodeServer:
             if k > best: best, hit = k, entry
         n = min(best, len(new) - 1)
         if n < 1: return 0
-        version, _, ks, vs, ex = hit
-        self.pool.reserve_slots(n)
-        for layer, (k, v) in enumerate(zip(ks, vs)):
-            self.pool.k[layer][row, :, :n] = k[:, :n]; self.pool.v[layer][row, :, :n] = v[:, :n]
-        self.pool.len[row] = n
+        version, _, saved, ex = hit
+        self.pool.load_row(row, saved, n)
         r.experts.append(ex[:n]); r.fed_versions = [version] * n
         return n
 
@@ -383,7 +380,7 @@ class DecodeServer:
         v, toks, n = self.engine.version, np.asarray(r.new), len(r.new)
         self.prefixes = {key: e for key, e in self.prefixes.items() if e[0] == v}   # older weights': never reused again
         self.prefixes[toks.tobytes()] = self.prefixes.pop(toks.tobytes(), None) or (   # already kept: made newest, not copied
-            v, toks, [k[row, :, :n].clone() for k in self.pool.k], [x[row, :, :n].clone() for x in self.pool.v], torch.cat(r.experts)[:n])
+            v, toks, self.pool.save_row(row, n), torch.cat(r.experts)[:n])
         while len(self.prefixes) > self.max_prefixes: self.prefixes.pop(next(iter(self.prefixes)))
 
     def _admit(self):

@@ -8,140 +8,11 @@ import math
 from dataclasses import dataclass
 import torch, torch.nn as nn, torch.nn.functional as F
 from .config import ModelConfig, ConfigError, expert_backend, register_expert_backend
+from .kvcache import KVCache, SlotCache, attention, attn_mask, positions
 
 # %% auto #0
-__all__ = ['attn_mask', 'positions', 'KVCache', 'SlotCache', 'rope_table', 'apply_rope', 'decode_attention', 'Attention',
-           'SwiGLU', 'loop_grouped_mm', 'torch_grouped_mm', 'Routing', 'MoE', 'Block', 'MTPModule', 'ModelOutput',
-           'MoETransformer', 'training_loss']
-
-# %% ../nbs/05_model.ipynb #02c006
-def attn_mask(key_valid: torch.Tensor, q_slots: torch.Tensor) -> torch.Tensor:
-    "Boolean mask [B, 1, Q, S]: query slot q sees key slot s if s <= q and s is valid, and always sees itself."
-    s = torch.arange(key_valid.shape[1], device=key_valid.device)
-    causal = s[None, :] <= q_slots[:, None]
-    return ((key_valid[:, None, :] & causal[None]) | (s[None, :] == q_slots[:, None])[None])[:, None]
-
-def positions(valid: torch.Tensor) -> torch.Tensor:
-    "RoPE positions [B, T]: the number of valid slots before each slot."
-    return (valid.long().cumsum(1) - 1).clamp(min=0)
-
-# %% ../nbs/05_model.ipynb #02c008
-class KVCache:
-    "Keys and values per layer in slots, a validity mask per slot, and each row's count of valid tokens."
-    def __init__(self, batch, n_layers, n_kv_heads, head_dim, capacity=64, dtype=torch.float32, device="cpu"):
-        shape = (batch, n_kv_heads, capacity, head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
-        self.npos = torch.zeros(batch, dtype=torch.long, device=device)
-        self.used = 0
-
-    def _grow(self, need):
-        cap = self.valid.shape[1]
-        if need <= cap: return
-        new = max(need, 2 * cap)
-        pad = lambda t, dim: torch.cat([t, t.new_zeros(*t.shape[:dim], new - cap, *t.shape[dim + 1:])], dim)
-        self.k = [pad(t, 2) for t in self.k]; self.v = [pad(t, 2) for t in self.v]
-        self.valid = pad(self.valid, 1)
-
-    def reserve(self, valid: torch.Tensor):
-        "Take slots for a chunk [B, C] (with its validity); return (start slot, positions [B, C], mask [B, 1, C, S])."
-        B, C = valid.shape
-        self._grow(self.used + C)
-        start = self.used
-        self.valid[:, start:start + C] = valid
-        pos = self.npos[:, None] + positions(valid)
-        self.npos += valid.long().sum(1)
-        self.used += C
-        q = torch.arange(start, start + C, device=valid.device)
-        return start, pos, attn_mask(self.valid[:, :self.used], q)
-
-    def write(self, layer, k, v, start):
-        "Store a chunk's keys/values at `start`; return the keys/values of all slots used so far."
-        C = k.shape[2]
-        self.k[layer][:, :, start:start + C] = k
-        self.v[layer][:, :, start:start + C] = v
-        return self.k[layer][:, :, :self.used], self.v[layer][:, :, :self.used]
-
-    def discard(self, start, drop: torch.Tensor):
-        "Invalidate slots of the chunk at `start` where `drop` [B, C] is true (rejected speculative tokens)."
-        C = drop.shape[1]
-        seg = self.valid[:, start:start + C]
-        self.npos -= (seg & drop).long().sum(1)
-        self.valid[:, start:start + C] = seg & ~drop
-
-# %% ../nbs/05_model.ipynb #b60a0db2
-class SlotCache:
-    """A pool of per-sequence KV caches for continuous batching: row r keeps one sequence's keys and values in slots
-    0..len[r]-1 for as long as the sequence lives (across turns). A forward runs on a contiguous range of rows
-    (`view(lo, hi)`), each row appending a right-padded chunk after its own length; `swap` moves sequences so the
-    rows a forward needs are contiguous (a view of the pool, no copy)."""
-    def __init__(self, rows, n_layers, n_kv_heads, head_dim, capacity=256, dtype=torch.float32, device="cpu"):
-        shape = (rows, n_kv_heads, capacity, head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.len = torch.zeros(rows, dtype=torch.long, device=device)
-
-    @property
-    def capacity(self) -> int: return self.k[0].shape[2]
-
-    def reserve_slots(self, need: int):
-        "Make room for `need` slots per row (capacity doubles)."
-        cap = self.capacity
-        if need <= cap: return
-        new = max(need, 2 * cap)
-        pad = lambda t: torch.cat([t, t.new_zeros(t.shape[0], t.shape[1], new - cap, t.shape[3])], 2)
-        self.k = [pad(t) for t in self.k]; self.v = [pad(t) for t in self.v]
-
-    def add_rows(self, n: int):
-        "Grow the pool by n empty rows."
-        pad = lambda t: torch.cat([t, t.new_zeros(n, *t.shape[1:])], 0)
-        self.k = [pad(t) for t in self.k]; self.v = [pad(t) for t in self.v]; self.len = pad(self.len)
-
-    def swap(self, i: int, j: int):
-        "Exchange the sequences held by rows i and j (only their filled slots are copied: a row's cache is often far below capacity)."
-        if i == j: return
-        n = int(self.len[[i, j]].max())
-        for t in self.k + self.v:
-            tmp = t[i, :, :n].clone(); t[i, :, :n] = t[j, :, :n]; t[j, :, :n] = tmp
-        self.len[[i, j]] = self.len[[j, i]]
-
-    def view(self, lo: int, hi: int) -> "_SlotView":
-        "The cache interface of `MoETransformer.forward` for rows lo..hi-1."
-        return _SlotView(self, lo, hi)
-
-# %% ../nbs/05_model.ipynb #b60a0db2-1
-class _SlotView:
-    "Rows lo..hi-1 of a `SlotCache`, as `MoETransformer.forward` uses a cache: `reserve` then `write` per layer."
-    def __init__(self, pool: SlotCache, lo: int, hi: int): self.pool, self.lo, self.hi = pool, lo, hi
-
-    def reserve(self, valid: torch.Tensor):
-        "Slots for a right-padded chunk [B, C] after each row's length; returns (None, positions, mask [B, 1, C, S])."
-        p, (B, C) = self.pool, valid.shape
-        n = valid.long().sum(1)
-        if not torch.equal(valid, torch.arange(C, device=valid.device)[None] < n[:, None]):
-            raise ValueError("SlotCache: chunks must be right-padded (valid tokens first)")
-        ln = p.len[self.lo:self.hi].clone()
-        p.reserve_slots(int((ln + C).max()))
-        j = torch.arange(C, device=valid.device)
-        self.slots = ln[:, None] + j[None]                       # where each chunk token goes (padding lands past the end)
-        new_len = ln + n
-        self.S = int(new_len.max())
-        s = torch.arange(self.S, device=valid.device)
-        mask = (s[None, None] <= self.slots[:, :, None]) & (s[None, None] < new_len[:, None, None])
-        mask |= s[None, None] == 0                               # a query never sees nothing (padding rows)
-        p.len[self.lo:self.hi] = new_len
-        return None, self.slots, mask[:, None]
-
-    def write(self, layer, k, v, start=None):
-        "Store the chunk's keys/values [B, Hkv, C, D] at the reserved slots; return every row's keys/values up to its length."
-        p = self.pool
-        rows = torch.arange(self.lo, self.hi, device=k.device)[:, None].expand_as(self.slots)
-        keep = self.slots < p.capacity
-        r, sl = rows[keep], self.slots[keep]
-        p.k[layer][r, :, sl] = k.permute(0, 2, 1, 3)[keep]
-        p.v[layer][r, :, sl] = v.permute(0, 2, 1, 3)[keep]
-        return p.k[layer][self.lo:self.hi, :, :self.S], p.v[layer][self.lo:self.hi, :, :self.S]
+__all__ = ['rope_table', 'apply_rope', 'Attention', 'SwiGLU', 'loop_grouped_mm', 'torch_grouped_mm', 'Routing', 'MoE', 'Block',
+           'MTPModule', 'ModelOutput', 'MoETransformer', 'training_loss']
 
 # %% ../nbs/05_model.ipynb #02c010
 def rope_table(pos: torch.Tensor, D: int, base: float, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,19 +29,8 @@ def apply_rope(x: torch.Tensor, pos: torch.Tensor, base: float, table=None) -> t
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).to(x.dtype)
 
 # %% ../nbs/05_model.ipynb #02c010-1
-def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Grouped-query attention of one new token per row against its cache: q [B, H, 1, D], k and v [B, Hkv, S, D] (views of
-    a KV pool), mask [B, 1, 1, S]. The H / Hkv query heads that share a key head are one [H/Hkv, D] x [D, S] product, so each
-    key is read once per key head; for a single query this is ~12% faster on a CPU than `scaled_dot_product_attention`,
-    whose kernel takes the heads one by one (decode steps of the rollout loop spend half their time here)."""
-    B, H, T, D = q.shape
-    Hkv, S = k.shape[1], k.shape[2]
-    s = torch.bmm((q * D ** -0.5).reshape(B * Hkv, H // Hkv * T, D), k.reshape(B * Hkv, S, D).transpose(1, 2))
-    s = s.view(B, Hkv, H // Hkv * T, S).masked_fill_(~mask, float("-inf")).softmax(-1)
-    return torch.bmm(s.view(B * Hkv, -1, S), v.reshape(B * Hkv, S, D)).view(B, H, T, D)
-
 class Attention(nn.Module):
-    "Grouped-query attention with RoPE through `scaled_dot_product_attention` (`decode_attention` for a single cached query)."
+    "Grouped-query attention with RoPE; with a cache, the cache attends (`KVCache.attend`, `SlotCache` views), else `attention`."
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg, H, Hkv, hd = cfg, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
@@ -185,10 +45,7 @@ class Attention(nn.Module):
         k, v = self.wkv(x).view(B, T, 2, c.n_kv_heads, c.head_dim).permute(2, 0, 3, 1, 4)
         rope = rope_table(pos, c.head_dim, c.rope_base, torch.promote_types(q.dtype, torch.float32))
         q, k = apply_rope(q, pos, c.rope_base, rope), apply_rope(k, pos, c.rope_base, rope)
-        if cache is not None: k, v = cache.write(layer, k, v, start)
-        if T == 1 and mask is not None: y = decode_attention(q, k, v, mask)
-        else: y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
-                                                 enable_gqa=c.n_heads != c.n_kv_heads)
+        y = attention(q, k, v, mask) if cache is None else cache.attend(layer, q, k, v, mask, start)
         return self.wo(y.transpose(1, 2).reshape(B, T, -1))
 
 # %% ../nbs/05_model.ipynb #02c010-2

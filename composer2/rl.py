@@ -8,6 +8,7 @@ import random, time
 from dataclasses import dataclass, field
 import numpy as np
 import torch
+from .kvcache import attention
 from .model import ModelOutput
 from .objectives import group_advantages, kl_k3, kl_penalty, permute_rewards, pg_loss
 
@@ -105,7 +106,7 @@ def collate(segments: list[Segment], adv: list[float] | None = None, device="cpu
 
 # %% ../nbs/12_rl.ipynb #11c032-2
 class SharedPrefix:
-    """The cache interface of `MoETransformer.forward` (`reserve`, then `write` per layer) for training rows that share
+    """The cache interface of `MoETransformer.forward` (`reserve`, then `attend` per layer) for training rows that share
     a prefix: `k`, `v` hold the keys and values of positions 0..S-1 already encoded (one row per layer, inside the
     autograd graph); a forward through it encodes a right-padded chunk at positions S.. that attends to them (broadcast
     to the chunk's rows, not recomputed) and causally to itself. `extend` gives the cache of a one-row chunk's
@@ -125,6 +126,10 @@ class SharedPrefix:
         if not self.pk: return k, v
         grow = lambda p, t: torch.cat([p.expand(t.shape[0], -1, -1, -1), t], 2)
         return grow(self.pk[layer], k), grow(self.pv[layer], v)
+
+    def attend(self, layer, q, k, v, mask, start):
+        "Keep the chunk's keys/values (`write`); its queries' `attention` over the cached positions and its own."
+        return attention(q, *self.write(layer, k, v, start), mask)
 
     def extend(self) -> "SharedPrefix":
         "The cache of what follows the last chunk (one row): the cached positions and the chunk's."

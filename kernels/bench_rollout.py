@@ -7,10 +7,11 @@ Both paths run on the same weights and the same synthetic tasks, in one run:
 1. **Rollouts.** `prompts` groups of `group` episodes each. The old path (composer2 at OLD_REV, loaded from git:
    `TurnBatcher` + `RolloutWorkerImpl.rollout_group`) generates one group at a time and re-encodes each episode's whole
    context every turn; the new path (`composer2.rollout.Rollouts` on a `DecodeServer`) runs every group at once
-   through one decode loop with per-episode KV caches. Reported: episodes/s and sampled tokens/s, and their ratios.
+   through one decode loop with per-episode KV caches; then the new path again with PyTorch's decode attention
+   (`composer2.native.native_off`) in place of the native kernel. Reported: episodes/s and sampled tokens/s, and ratios.
 2. **RL steps** (unless --steps 0). `c2 rl` at the same settings from the same checkpoint, once with the old code
-   (a checkout of OLD_REV) and once with this one, each in its own process; the median step time over the steps
-   after the first (the first includes Ray's and the actors' start-up).
+   (a checkout of OLD_REV), once with this one and once with this one under C2_NATIVE=0, each in its own process; the
+   median step time over the steps after the first (the first includes Ray's and the actors' start-up).
 
 The rollout part uses one torch thread, as a rollout worker does. The results are printed and written as JSON to
 kernels/results/rollout_<device>.json, with `rollout_speedup` (new / old sampled tokens/s) and `step_speedup`
@@ -86,17 +87,21 @@ def bench_rollouts(args, ck, checkout) -> dict:
     model_cfg = dataclasses.asdict(ck["_model"].cfg); published = publishable(ck["_model"].state_dict())
     tasks = load_suite(cfg, "train")[: args.prompts]
     out = {"old": old_rollouts(args, checkout)}
-    ro = Rollouts(Engine(build_policy(model_cfg, published, cfg)), data, cfg, seed=0)
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(len(tasks)) as ex:                             # every group in flight, as the new worker does
-        groups = list(ex.map(lambda t: ro.group(t, args.group, 0), tasks))
-    dt = time.perf_counter() - t0
-    st = ro.server.stats
-    out["new"] = dict(seconds=dt, episodes=ro.episodes, sampled=st["sampled"], fed=st["fed"], errors=ro.errors,
-                      mean_batch=st["decode_rows"] / max(st["decode_steps"], 1), decode_busy_s=st["busy_s"])
-    ro.server.shutdown()
-    for k in ("old", "new"):
-        o = out[k]; o["episodes_per_s"] = o["episodes"] / o["seconds"]; o["tokens_per_s"] = o["sampled"] / o["seconds"]
+    from composer2.native import native_off, native_status
+    def run(name):
+        ro = Rollouts(Engine(build_policy(model_cfg, published, cfg)), data, cfg, seed=0)
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(len(tasks)) as ex:                         # every group in flight, as the new worker does
+            list(ex.map(lambda t: ro.group(t, args.group, 0), tasks))
+        dt = time.perf_counter() - t0
+        st = ro.server.stats
+        out[name] = dict(seconds=dt, episodes=ro.episodes, sampled=st["sampled"], fed=st["fed"], errors=ro.errors,
+                         mean_batch=st["decode_rows"] / max(st["decode_steps"], 1), decode_busy_s=st["busy_s"])
+        ro.server.shutdown()
+    run("new")
+    if native_status()["available"]:                                       # the same path with PyTorch's decode attention
+        with native_off(): run("new_torch_attention")
+    for o in out.values(): o["episodes_per_s"] = o["episodes"] / o["seconds"]; o["tokens_per_s"] = o["sampled"] / o["seconds"]
     out["rollout_speedup"] = out["new"]["tokens_per_s"] / out["old"]["tokens_per_s"]
     out["episode_speedup"] = out["new"]["episodes_per_s"] / out["old"]["episodes_per_s"]
     return out
@@ -104,13 +109,13 @@ def bench_rollouts(args, ck, checkout) -> dict:
 def bench_steps(args, checkout: Path, runs: Path) -> dict:
     "Median RL step time of the old and the new code from the same checkpoint and settings."
     res = {}
-    for name, path in [("old", checkout), ("new", ROOT)]:
+    for name, path, native in [("old", checkout, "1"), ("new", ROOT, "1"), ("new_torch_attention", ROOT, "0")]:
         out = runs / name
         cmd = [sys.executable, "-c", "import sys; from composer2.cli import main; sys.exit(main())", "rl", "--scale", args.scale,
                *SETTINGS, f"rl.init={args.checkpoint}", f"rl.runs={out}", f"rl.steps={args.steps}",
                f"rl.prompts_per_step={args.prompts}", f"rl.group_size={args.group}", "rl.eval_prompts=2", "rl.eval_k=1",
                f"rl.eval_every={args.steps}", "tasks.n_eval=2", f"rl.ckpt_every={args.steps}"]
-        env = {**os.environ, "PYTHONPATH": str(path), "C2_SCALES": str(ROOT / "nbs" / "scales")}
+        env = {**os.environ, "PYTHONPATH": str(path), "C2_SCALES": str(ROOT / "nbs" / "scales"), "C2_NATIVE": native}
         t0 = time.perf_counter()
         p = subprocess.run(cmd, env=env, cwd=path, capture_output=True, text=True)
         if p.returncode != 0: raise SystemExit(f"c2 rl ({name}) failed:\n{p.stderr[-3000:]}")
@@ -143,16 +148,16 @@ def main():
                    prompts=args.prompts, group=args.group, settings=SETTINGS)
         res["rollouts"] = bench_rollouts(args, ck, checkout)
         r = res["rollouts"]
-        print(f"{'path':6s} {'s':>7s} {'episodes/s':>11s} {'tokens/s':>9s} {'mean batch':>11s} {'fed tokens':>11s}")
-        for k in ("old", "new"):
+        print(f"{'path':19s} {'s':>7s} {'episodes/s':>11s} {'tokens/s':>9s} {'mean batch':>11s} {'fed tokens':>11s}")
+        for k in [k for k in ("old", "new", "new_torch_attention") if k in r]:
             o = r[k]
-            print(f"{k:6s} {o['seconds']:7.1f} {o['episodes_per_s']:11.2f} {o['tokens_per_s']:9.0f} {o['mean_batch']:11.1f} {o['fed']:11d}")
+            print(f"{k:19s} {o['seconds']:7.1f} {o['episodes_per_s']:11.2f} {o['tokens_per_s']:9.0f} {o['mean_batch']:11.1f} {o['fed']:11d}")
         print(f"rollout_speedup (tokens/s) {r['rollout_speedup']:.2f}x, episodes/s {r['episode_speedup']:.2f}x")
         if args.steps:
             res["steps"] = bench_steps(args, checkout, work / "runs")
             s = res["steps"]
-            print(f"RL step: old {s['old']['median_step_s']:.1f}s, new {s['new']['median_step_s']:.1f}s (median of steps 2..{args.steps}): "
-                  f"step_speedup {s['step_speedup']:.2f}x")
+            print(f"RL step: old {s['old']['median_step_s']:.1f}s, new {s['new']['median_step_s']:.1f}s, new with PyTorch's attention "
+                  f"{s['new_torch_attention']['median_step_s']:.1f}s (median of steps 2..{args.steps}): step_speedup {s['step_speedup']:.2f}x")
         res["rollout_speedup"] = r["rollout_speedup"]
         res["step_speedup"] = res.get("steps", {}).get("step_speedup")
         path = result_path(args.out, "rollout")

@@ -1,0 +1,114 @@
+"""Decode attention on the CPU: PyTorch on the plain key layout, PyTorch on tiled keys, and the native kernel, side by side.
+
+    python kernels/bench_attention.py [--checkpoint runs/.../sft/final.pt] [--rows 40] [--positions 480 560] [--reps 40]
+
+1. **One layer's attention** of one query per row (6 query heads over 2 key heads of 32 dimensions, the cpu scale) over
+   `--rows` rows of `--positions` cached slots, as a rollout's decode step has them: `decode_attention` on keys
+   [B, Hkv, S, D] (views of a pool, the layout before tiles), its PyTorch twin on tiled keys [B, Hkv, tiles, D, 32]
+   (`composer2.native._tiled_torch`, what runs without a C compiler) and the native kernel (`tiled_decode_attention`).
+   Eight layers' caches are cycled, so that every call reads its keys from memory and not from the CPU's caches, as
+   in a real step, where four layers' caches (46 MB) pass through a 32 MB L3. Also timed: reading the same bytes
+   (`sum`), the memory floor.
+2. **A decode step of the model** (the checkpoint's, else the cpu-scale model at random init) on a `SlotCache` with the
+   same rows: native kernel against `native_off()`.
+
+One torch thread (the rollout loop's). Medians of `--reps` calls, interleaved; the JSON goes to
+kernels/results/attention_<device>.json.
+"""
+import argparse, json, os, platform, time
+from pathlib import Path
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+def device_name() -> str:
+    return f"cpu {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+
+def medians(fns: dict, reps: int) -> dict:
+    "Median seconds per call of each function, interleaved so that drift hits every one alike."
+    t = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, f in fns.items():
+            t0 = time.perf_counter(); f(); t[k].append(time.perf_counter() - t0)
+    return {k: sorted(v)[len(v) // 2] for k, v in t.items()}
+
+def bench_layer(args) -> dict:
+    from composer2.kvcache import decode_attention
+    from composer2.native import TILE, _tiled_torch, native_status, tiled_decode_attention
+    B, H, Hkv, D, L = args.rows, 6, 2, 32, 8
+    g = torch.Generator().manual_seed(0)
+    lens = torch.randint(args.positions[0], args.positions[1] + 1, (B,), generator=g)
+    S, cap = int(lens.max()), 1024
+    mask = (torch.arange(S)[None] < lens[:, None])[:, None, None]
+    q = torch.randn(B, H, 1, D, generator=g)
+    plain = [(torch.randn(B, Hkv, cap, D, generator=g), torch.randn(B, Hkv, cap, D, generator=g)) for _ in range(L)]
+    # the same keys in tiles (the values' layout does not change)
+    tiled = [k.view(B, Hkv, cap // TILE, TILE, D).transpose(3, 4).contiguous() for k, _ in plain]
+    fns = {"plain_torch": lambda: [decode_attention(q, k[:, :, :S], v[:, :, :S], mask) for k, v in plain],
+           "tiled_torch": lambda: [_tiled_torch(q, kt, v, mask) for kt, (_, v) in zip(tiled, plain)],
+           "read_floor": lambda: [(k[:, :, :S].sum(), v[:, :, :S].sum()) for k, v in plain]}
+    if native_status()["available"]: fns["native"] = lambda: [tiled_decode_attention(q, kt, v, mask) for kt, (_, v) in zip(tiled, plain)]
+    ms = {k: 1e3 * s / L for k, s in medians(fns, args.reps).items()}
+    ref = decode_attention(q, plain[0][0][:, :, :S], plain[0][1][:, :, :S], mask)
+    gaps = {"tiled_torch": float((_tiled_torch(q, tiled[0], plain[0][1], mask) - ref).abs().max())}
+    if "native" in ms: gaps["native"] = float((tiled_decode_attention(q, tiled[0], plain[0][1], mask) - ref).abs().max())
+    mb = 2 * B * Hkv * S * D * 4 / 1e6
+    return dict(rows=B, slots=S, mean_len=float(lens.float().mean()), mb_per_layer=mb, ms_per_layer=ms,
+                gb_per_s={k: mb / v for k, v in ms.items()}, max_abs_gap_to_plain=gaps)
+
+def bench_step(args) -> dict:
+    from composer2.config import load_config
+    from composer2.model import MoETransformer
+    from composer2.native import native_off, native_status
+    if args.checkpoint:
+        from composer2.train import load_checkpoint
+        model, _ = load_checkpoint(args.checkpoint)
+    else: model = MoETransformer(load_config("cpu").model)
+    model.eval()
+    B = args.rows
+    g = torch.Generator().manual_seed(1)
+    lens = torch.randint(args.positions[0], args.positions[1] + 1, (B,), generator=g)
+    pool = model.new_cache(B, capacity=1024, slots=True)
+    for t in pool.kt + pool.v: t.normal_(generator=g)
+    cur = torch.randint(0, model.cfg.vocab_size, (B, 1), generator=g)
+    def step():
+        pool.len[:] = lens
+        with torch.no_grad(): return model(cur, cache=pool.view(0, B)).logits
+    def off():
+        with native_off(): return step()
+    fns = {"native": step, "torch": off} if native_status()["available"] else {"torch": step}
+    ms = {k: 1e3 * s for k, s in medians(fns, args.reps).items()}
+    out = dict(ms_per_step=ms)
+    if "native" in ms:
+        out["speedup"] = ms["torch"] / ms["native"]
+        out["max_abs_logit_gap"] = float((step() - off()).abs().max())
+    return out
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--checkpoint", help="a composer2 checkpoint for the decode-step part (default: cpu-scale random init)")
+    ap.add_argument("--rows", type=int, default=40)
+    ap.add_argument("--positions", type=int, nargs=2, default=[480, 560], metavar=("MIN", "MAX"), help="cached slots per row")
+    ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--out", default=str(ROOT / "kernels" / "results"))
+    args = ap.parse_args()
+    if args.checkpoint and not Path(args.checkpoint).is_file(): raise SystemExit(f"bench_attention: error: no checkpoint at {args.checkpoint}")
+    torch.set_num_threads(1)
+    from composer2.native import native_status
+    res = dict(device=device_name(), torch=torch.__version__, native=native_status(), checkpoint=args.checkpoint)
+    res["layer"] = bench_layer(args)
+    l = res["layer"]
+    print(f"one layer's decode attention, {l['rows']} rows x {l['slots']} slots ({l['mb_per_layer']:.1f} MB of keys and values), "
+          f"ms per layer (GB/s):")
+    for k, v in l["ms_per_layer"].items(): print(f"  {k:12s} {v:6.3f} ms  ({l['gb_per_s'][k]:5.1f} GB/s)")
+    res["step"] = bench_step(args)
+    s = res["step"]
+    print("decode step of the model: " + ", ".join(f"{k} {v:.2f} ms" for k, v in s["ms_per_step"].items())
+          + (f": native {s['speedup']:.2f}x (logits within {s['max_abs_logit_gap']:.1e})" if "speedup" in s else ""))
+    path = Path(args.out) / f"attention_{device_name().split(' (')[0].replace(' ', '-').lower()}-{os.cpu_count()}-cores.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(res, indent=1))
+    print(f"wrote {path}")
+
+if __name__ == "__main__":
+    main()
