@@ -15,14 +15,13 @@
 One torch thread (the rollout loop's). Medians of `--reps` calls, interleaved; the JSON goes to
 kernels/results/attention_<device>.json.
 """
-import argparse, json, os, platform, time
+import argparse, json, sys, time
 from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-
-def device_name() -> str:
-    return f"cpu {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_rollout import device_name, result_path
 
 def medians(fns: dict, reps: int) -> dict:
     "Median seconds per call of each function, interleaved so that drift hits every one alike."
@@ -105,7 +104,7 @@ def main():
     s = res["step"]
     print("decode step of the model: " + ", ".join(f"{k} {v:.2f} ms" for k, v in s["ms_per_step"].items())
           + (f": native {s['speedup']:.2f}x (logits within {s['max_abs_logit_gap']:.1e})" if "speedup" in s else ""))
-    path = Path(args.out) / f"attention_{device_name().split(' (')[0].replace(' ', '-').lower()}-{os.cpu_count()}-cores.json"
+    path = result_path(args.out, "attention")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res, indent=1))
     print(f"wrote {path}")
