@@ -62,7 +62,9 @@ def bench_step(args) -> dict:
     if args.checkpoint:
         from composer2.train import load_checkpoint
         model, _ = load_checkpoint(args.checkpoint)
-    else: model = MoETransformer(load_config("cpu").model)
+    else:
+        cfg = load_config("cpu")
+        model = MoETransformer(load_config("cpu", overrides=[f"model.vocab_size={cfg.data.vocab_size}"]).model)
     model.eval()
     B = args.rows
     g = torch.Generator().manual_seed(1)
