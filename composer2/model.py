@@ -9,10 +9,11 @@ from dataclasses import dataclass
 import torch, torch.nn as nn, torch.nn.functional as F
 from .config import ModelConfig, ConfigError, expert_backend, register_expert_backend
 from .kvcache import KVCache, SlotCache, attention, attn_mask, positions
+from .native import moe_experts
 
 # %% auto #0
-__all__ = ['rope_table', 'apply_rope', 'Attention', 'SwiGLU', 'loop_grouped_mm', 'torch_grouped_mm', 'Routing', 'MoE', 'Block',
-           'MTPModule', 'ModelOutput', 'MoETransformer', 'training_loss']
+__all__ = ['EXACT_BACKENDS', 'rope_table', 'apply_rope', 'Attention', 'SwiGLU', 'loop_grouped_mm', 'torch_grouped_mm', 'Routing',
+           'MoE', 'Block', 'MTPModule', 'ModelOutput', 'MoETransformer', 'training_loss']
 
 # %% ../nbs/05_model.ipynb #02c010
 def rope_table(pos: torch.Tensor, D: int, base: float, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,6 +73,7 @@ def torch_grouped_mm(a, b, offs):
 
 register_expert_backend("loop", loop_grouped_mm)          # the Triton ones register themselves (composer2.mx_gemm, .nvfp4)
 register_expert_backend("grouped_mm", torch_grouped_mm)
+EXACT_BACKENDS = ("loop", "grouped_mm")   # float32 products: `composer2.native.moe_experts` may stand in for them
 
 # %% ../nbs/05_model.ipynb #02c013
 @dataclass
@@ -127,18 +129,24 @@ class MoE(nn.Module):
         "x [N, d] -> (y [N, d], Routing)."
         c = self.cfg
         r = self.route(x, replay)
+        # a decode step's few tokens in float32 without gradients: the native kernel, where the backend is exact (not MX / NVFP4)
+        y = moe_experts(x, r.idx, r.weights, self.w_in, self.w_out) if c.expert_backend in EXACT_BACKENDS else None
+        if y is None: y = self._grouped(x, r)
+        if self.shared is not None: y = y + self.shared(x)
+        if self.training: self.load += torch.bincount(r.idx.reshape(-1), minlength=c.n_experts).to(self.load.dtype)
+        return y, r
+
+    def _grouped(self, x: torch.Tensor, r: Routing) -> torch.Tensor:
+        "The routed experts through `model.expert_backend`: tokens sorted by expert, one grouped GEMM per projection."
+        c = self.cfg
         flat = r.idx.reshape(-1)
         order = flat.argsort(stable=True)
         tok = order // c.top_k
-        counts = torch.bincount(flat, minlength=c.n_experts)
-        offs = counts.cumsum(0).to(torch.int32)
+        offs = torch.bincount(flat, minlength=c.n_experts).cumsum(0).to(torch.int32)
         gemm = expert_backend(c.expert_backend)
         g, u = gemm(x[tok], self.w_in, offs).chunk(2, -1)
         ys = gemm(F.silu(g) * u, self.w_out, offs).to(x.dtype) * r.weights.reshape(-1)[order, None].to(x.dtype)
-        y = torch.zeros_like(x).index_add(0, tok, ys)
-        if self.shared is not None: y = y + self.shared(x)
-        if self.training: self.load += counts.to(self.load.dtype)
-        return y, r
+        return torch.zeros_like(x).index_add(0, tok, ys)
 
     def aux_loss(self, r: Routing) -> torch.Tensor:
         "Switch-style balance loss E * sum_e f_e * P_e (f: share of routed slots, P: mean normalised score)."

@@ -7,8 +7,9 @@ Both paths run on the same weights and the same synthetic tasks, in one run:
 1. **Rollouts.** `prompts` groups of `group` episodes each. The old path (composer2 at OLD_REV, loaded from git:
    `TurnBatcher` + `RolloutWorkerImpl.rollout_group`) generates one group at a time and re-encodes each episode's whole
    context every turn; the new path (`composer2.rollout.Rollouts` on a `DecodeServer`) runs every group at once
-   through one decode loop with per-episode KV caches; then the new path again with PyTorch's decode attention
-   (`composer2.native.native_off`) in place of the native kernel. Reported: episodes/s and sampled tokens/s, and ratios.
+   through one decode loop with per-episode KV caches; then the new path again with `composer2.native` off
+   (`native_off`: PyTorch's decode attention and grouped GEMM in place of the C kernels). Reported: episodes/s and
+   sampled tokens/s, and ratios.
 2. **RL steps** (unless --steps 0). `c2 rl` at the same settings from the same checkpoint, once with the old code
    (a checkout of OLD_REV), once with this one and once with this one under C2_NATIVE=0, each in its own process; the
    median step time over the steps after the first (the first includes Ray's and the actors' start-up).
@@ -99,8 +100,8 @@ def bench_rollouts(args, ck, checkout) -> dict:
                          mean_batch=st["decode_rows"] / max(st["decode_steps"], 1), decode_busy_s=st["busy_s"])
         ro.server.shutdown()
     run("new")
-    if native_status()["available"]:                                       # the same path with PyTorch's decode attention
-        with native_off(): run("new_torch_attention")
+    if native_status()["available"]:                                       # the same path without the C kernels
+        with native_off(): run("new_pytorch")
     for o in out.values(): o["episodes_per_s"] = o["episodes"] / o["seconds"]; o["tokens_per_s"] = o["sampled"] / o["seconds"]
     out["rollout_speedup"] = out["new"]["tokens_per_s"] / out["old"]["tokens_per_s"]
     out["episode_speedup"] = out["new"]["episodes_per_s"] / out["old"]["episodes_per_s"]
@@ -109,7 +110,7 @@ def bench_rollouts(args, ck, checkout) -> dict:
 def bench_steps(args, checkout: Path, runs: Path) -> dict:
     "Median RL step time of the old and the new code from the same checkpoint and settings."
     res = {}
-    for name, path, native in [("old", checkout, "1"), ("new", ROOT, "1"), ("new_torch_attention", ROOT, "0")]:
+    for name, path, native in [("old", checkout, "1"), ("new", ROOT, "1"), ("new_pytorch", ROOT, "0")]:
         out = runs / name
         cmd = [sys.executable, "-c", "import sys; from composer2.cli import main; sys.exit(main())", "rl", "--scale", args.scale,
                *SETTINGS, f"rl.init={args.checkpoint}", f"rl.runs={out}", f"rl.steps={args.steps}",
@@ -149,15 +150,15 @@ def main():
         res["rollouts"] = bench_rollouts(args, ck, checkout)
         r = res["rollouts"]
         print(f"{'path':19s} {'s':>7s} {'episodes/s':>11s} {'tokens/s':>9s} {'mean batch':>11s} {'fed tokens':>11s}")
-        for k in [k for k in ("old", "new", "new_torch_attention") if k in r]:
+        for k in [k for k in ("old", "new", "new_pytorch") if k in r]:
             o = r[k]
             print(f"{k:19s} {o['seconds']:7.1f} {o['episodes_per_s']:11.2f} {o['tokens_per_s']:9.0f} {o['mean_batch']:11.1f} {o['fed']:11d}")
         print(f"rollout_speedup (tokens/s) {r['rollout_speedup']:.2f}x, episodes/s {r['episode_speedup']:.2f}x")
         if args.steps:
             res["steps"] = bench_steps(args, checkout, work / "runs")
             s = res["steps"]
-            print(f"RL step: old {s['old']['median_step_s']:.1f}s, new {s['new']['median_step_s']:.1f}s, new with PyTorch's attention "
-                  f"{s['new_torch_attention']['median_step_s']:.1f}s (median of steps 2..{args.steps}): step_speedup {s['step_speedup']:.2f}x")
+            print(f"RL step: old {s['old']['median_step_s']:.1f}s, new {s['new']['median_step_s']:.1f}s, new without the C kernels "
+                  f"{s['new_pytorch']['median_step_s']:.1f}s (median of steps 2..{args.steps}): step_speedup {s['step_speedup']:.2f}x")
         res["rollout_speedup"] = r["rollout_speedup"]
         res["step_speedup"] = res.get("steps", {}).get("step_speedup")
         path = result_path(args.out, "rollout")

@@ -1,6 +1,6 @@
-"""Decode attention on the CPU: PyTorch on the plain key layout, PyTorch on tiled keys, and the native kernel, side by side.
+"""composer2.native's CPU kernels against PyTorch, side by side: a decode step's attention, its routed experts, the whole step.
 
-    python kernels/bench_attention.py [--checkpoint runs/.../sft/final.pt] [--rows 40] [--positions 480 560] [--reps 40]
+    python kernels/bench_native.py [--checkpoint runs/.../sft/final.pt] [--rows 40] [--positions 480 560] [--reps 40]
 
 1. **One layer's attention** of one query per row (6 query heads over 2 key heads of 32 dimensions, the cpu scale) over
    `--rows` rows of `--positions` cached slots, as a rollout's decode step has them: `decode_attention` on keys
@@ -9,11 +9,15 @@
    Eight layers' caches are cycled, so that every call reads its keys from memory and not from the CPU's caches, as
    in a real step, where four layers' caches (46 MB) pass through a 32 MB L3. Also timed: reading the same bytes
    (`sum`), the memory floor.
-2. **A decode step of the model** (the checkpoint's, else the cpu-scale model at random init) on a `SlotCache` with the
-   same rows: native kernel against `native_off()`.
+2. **One MoE layer's routed experts** (16 experts of 192 -> 2 x 128 -> 192, top-2: the cpu scale) for 1 to 256 tokens:
+   `MoE._grouped` (the sort, the two `torch._grouped_mm` calls, the gating and the scatter) against the native kernel
+   (`moe_experts`), with eight layers' weights cycled so that they come from memory, as in a step. Where the kernel stops
+   winning is `composer2.native.EXPERT_ROWS`.
+3. **A decode step of the model** (the checkpoint's, else the cpu-scale model at random init) on a `SlotCache` with the
+   same rows: both kernels, each alone, and neither (`native_off()`).
 
 One torch thread (the rollout loop's). Medians of `--reps` calls, interleaved; the JSON goes to
-kernels/results/attention_<device>.json.
+kernels/results/native_<device>.json.
 """
 import argparse, json, sys, time
 from pathlib import Path
@@ -55,9 +59,39 @@ def bench_layer(args) -> dict:
     return dict(rows=B, slots=S, mean_len=float(lens.float().mean()), mb_per_layer=mb, ms_per_layer=ms,
                 gb_per_s={k: mb / v for k, v in ms.items()}, max_abs_gap_to_plain=gaps)
 
+def bench_experts(args) -> dict:
+    from composer2.config import load_config
+    from composer2.model import MoE, Routing
+    from composer2.native import EXPERT_ROWS, moe_experts, native_status
+    mcfg = load_config("cpu").model
+    g = torch.Generator().manual_seed(2)
+    layers = []
+    for _ in range(8):
+        m = MoE(mcfg).eval()
+        for p in m.parameters(): p.requires_grad_(False)
+        layers.append(m)
+    E, k, d = mcfg.n_experts, mcfg.top_k, mcfg.d_model
+    out = {}
+    for n in args.tokens:
+        x = torch.randn(n, d, generator=g)
+        idx = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(n)])
+        r = Routing(idx, torch.rand(n, k, generator=g), torch.zeros(n, E))
+        fns = {"grouped_mm": lambda: [m._grouped(x, r) for m in layers]}
+        if native_status()["available"] and n <= EXPERT_ROWS:
+            fns["native"] = lambda: [moe_experts(x, r.idx, r.weights, m.w_in, m.w_out) for m in layers]
+        ms = {key: 1e3 * v / len(layers) for key, v in medians(fns, args.reps).items()}
+        row = dict(ms_per_layer=ms)
+        if "native" in ms:
+            row["speedup"] = ms["grouped_mm"] / ms["native"]
+            row["max_abs_gap"] = float((moe_experts(x, r.idx, r.weights, layers[0].w_in, layers[0].w_out) - layers[0]._grouped(x, r)).abs().max())
+        out[str(n)] = row
+    mb = sum(p.numel() for p in (layers[0].w_in, layers[0].w_out)) * 4 / 1e6
+    return dict(mb_per_layer=mb, expert_rows=EXPERT_ROWS, tokens=out)
+
 def bench_step(args) -> dict:
     from composer2.config import load_config
     from composer2.model import MoETransformer
+    import composer2.native as nat
     from composer2.native import native_off, native_status
     if args.checkpoint:
         from composer2.train import load_checkpoint
@@ -77,7 +111,14 @@ def bench_step(args) -> dict:
         with torch.no_grad(): return model(cur, cache=pool.view(0, B)).logits
     def off():
         with native_off(): return step()
-    fns = {"native": step, "torch": off} if native_status()["available"] else {"torch": step}
+    def attention_only():   # the experts' kernel declines every batch
+        rows, nat.EXPERT_ROWS = nat.EXPERT_ROWS, 0
+        try: return step()
+        finally: nat.EXPERT_ROWS = rows
+    def experts_only():
+        with patch_attention(): return step()
+    fns = ({"native": step, "attention_only": attention_only, "experts_only": experts_only, "torch": off}
+           if native_status()["available"] else {"torch": step})
     ms = {k: 1e3 * s for k, s in medians(fns, args.reps).items()}
     out = dict(ms_per_step=ms)
     if "native" in ms:
@@ -85,15 +126,28 @@ def bench_step(args) -> dict:
         out["max_abs_logit_gap"] = float((step() - off()).abs().max())
     return out
 
+def patch_attention():
+    "Inside: `SlotCache` attention takes the PyTorch twin of the attention kernel (the experts' kernel stays on)."
+    from contextlib import contextmanager
+    import composer2.kvcache as kv, composer2.native as nat
+    @contextmanager
+    def ctx():
+        fn = kv.tiled_decode_attention
+        kv.tiled_decode_attention = nat._tiled_torch
+        try: yield
+        finally: kv.tiled_decode_attention = fn
+    return ctx()
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", help="a composer2 checkpoint for the decode-step part (default: cpu-scale random init)")
     ap.add_argument("--rows", type=int, default=40)
     ap.add_argument("--positions", type=int, nargs=2, default=[480, 560], metavar=("MIN", "MAX"), help="cached slots per row")
     ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 24, 40, 64, 96, 128, 192, 256], help="token counts of the experts part")
     ap.add_argument("--out", default=str(ROOT / "kernels" / "results"))
     args = ap.parse_args()
-    if args.checkpoint and not Path(args.checkpoint).is_file(): raise SystemExit(f"bench_attention: error: no checkpoint at {args.checkpoint}")
+    if args.checkpoint and not Path(args.checkpoint).is_file(): raise SystemExit(f"bench_native: error: no checkpoint at {args.checkpoint}")
     torch.set_num_threads(1)
     from composer2.native import native_status
     res = dict(device=device_name(), torch=torch.__version__, native=native_status(), checkpoint=args.checkpoint)
@@ -102,11 +156,17 @@ def main():
     print(f"one layer's decode attention, {l['rows']} rows x {l['slots']} slots ({l['mb_per_layer']:.1f} MB of keys and values), "
           f"ms per layer (GB/s):")
     for k, v in l["ms_per_layer"].items(): print(f"  {k:12s} {v:6.3f} ms  ({l['gb_per_s'][k]:5.1f} GB/s)")
+    res["experts"] = bench_experts(args)
+    e = res["experts"]
+    print(f"one MoE layer's routed experts ({e['mb_per_layer']:.1f} MB of weights), ms per layer:")
+    for n, row in e["tokens"].items():
+        print(f"  {n:>4s} tokens  " + "  ".join(f"{k} {v:6.3f}" for k, v in row["ms_per_layer"].items())
+              + (f"  ({row['speedup']:.2f}x, gap {row['max_abs_gap']:.1e})" if "speedup" in row else ""))
     res["step"] = bench_step(args)
     s = res["step"]
     print("decode step of the model: " + ", ".join(f"{k} {v:.2f} ms" for k, v in s["ms_per_step"].items())
           + (f": native {s['speedup']:.2f}x (logits within {s['max_abs_logit_gap']:.1e})" if "speedup" in s else ""))
-    path = result_path(args.out, "attention")
+    path = result_path(args.out, "native")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res, indent=1))
     print(f"wrote {path}")
