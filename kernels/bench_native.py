@@ -20,6 +20,7 @@ One torch thread (the rollout loop's). Medians of `--reps` calls, interleaved; t
 kernels/results/native_<device>.json.
 """
 import argparse, json, sys, time
+from contextlib import contextmanager
 from pathlib import Path
 import torch
 
@@ -91,7 +92,7 @@ def bench_experts(args) -> dict:
 def bench_step(args) -> dict:
     from composer2.config import load_config
     from composer2.model import MoETransformer
-    import composer2.native as nat
+    import composer2.kvcache as kv, composer2.native as nat
     from composer2.native import native_off, native_status
     if args.checkpoint:
         from composer2.train import load_checkpoint
@@ -112,11 +113,9 @@ def bench_step(args) -> dict:
     def off():
         with native_off(): return step()
     def attention_only():   # the experts' kernel declines every batch
-        rows, nat.EXPERT_ROWS = nat.EXPERT_ROWS, 0
-        try: return step()
-        finally: nat.EXPERT_ROWS = rows
-    def experts_only():
-        with patch_attention(): return step()
+        with patched(nat, "EXPERT_ROWS", 0): return step()
+    def experts_only():     # `SlotCache` attention takes the kernel's PyTorch twin
+        with patched(kv, "tiled_decode_attention", nat._tiled_torch): return step()
     fns = ({"native": step, "attention_only": attention_only, "experts_only": experts_only, "torch": off}
            if native_status()["available"] else {"torch": step})
     ms = {k: 1e3 * s for k, s in medians(fns, args.reps).items()}
@@ -126,17 +125,13 @@ def bench_step(args) -> dict:
         out["max_abs_logit_gap"] = float((step() - off()).abs().max())
     return out
 
-def patch_attention():
-    "Inside: `SlotCache` attention takes the PyTorch twin of the attention kernel (the experts' kernel stays on)."
-    from contextlib import contextmanager
-    import composer2.kvcache as kv, composer2.native as nat
-    @contextmanager
-    def ctx():
-        fn = kv.tiled_decode_attention
-        kv.tiled_decode_attention = nat._tiled_torch
-        try: yield
-        finally: kv.tiled_decode_attention = fn
-    return ctx()
+@contextmanager
+def patched(module, name: str, value):
+    "Inside: `module.name` is `value` (one kernel off while the other stays on)."
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try: yield
+    finally: setattr(module, name, old)
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
