@@ -490,6 +490,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                   'composer2.native.moe_experts': ('native.html#moe_experts', 'composer2/native.py'),
                                   'composer2.native.native_off': ('native.html#native_off', 'composer2/native.py'),
                                   'composer2.native.native_status': ('native.html#native_status', 'composer2/native.py'),
+                                  'composer2.native.store_kv': ('native.html#store_kv', 'composer2/native.py'),
                                   'composer2.native.tiled_decode_attention': ('native.html#tiled_decode_attention', 'composer2/native.py')},
             'composer2.nvfp4': { 'composer2.nvfp4._cached_nvfp4_weights': ('nvfp4.html#_cached_nvfp4_weights', 'composer2/nvfp4.py'),
                                  'composer2.nvfp4._check_nvfp4': ('nvfp4.html#_check_nvfp4', 'composer2/nvfp4.py'),

@@ -5,7 +5,7 @@
 # %% ../nbs/04b_kvcache.ipynb #kvc002
 from __future__ import annotations
 import torch, torch.nn.functional as F
-from .native import TILE, tiled_decode_attention
+from .native import TILE, store_kv, tiled_decode_attention
 
 # %% auto #0
 __all__ = ['attn_mask', 'positions', 'decode_attention', 'attention', 'KVCache', 'SlotCache']
@@ -157,8 +157,9 @@ class _SlotView:
             raise ValueError("SlotCache: chunks must be right-padded (valid tokens first)")
         ln = p.len[self.lo:self.hi].clone()
         p.reserve_slots(int((ln + C).max()))
+        self.start, self.n = ln, n
         j = torch.arange(C, device=valid.device)
-        self.slots = ln[:, None] + j[None]                       # where each chunk token goes (padding lands past the end)
+        self.slots = ln[:, None] + j[None]                       # where each chunk token goes (padding is not stored)
         new_len = ln + n
         self.S = int(new_len.max())
         s = torch.arange(self.S, device=valid.device)
@@ -171,11 +172,7 @@ class _SlotView:
         """Store the chunk's keys/values [B, Hkv, C, D] at the reserved slots, then its queries' attention over each row's slots
         up to its length: `tiled_decode_attention` for one query per row, else `attention` on a copy of the keys."""
         p = self.pool
-        rows = torch.arange(self.lo, self.hi, device=k.device)[:, None].expand_as(self.slots)
-        keep = self.slots < p.capacity
-        r, sl = rows[keep], self.slots[keep]
-        p.kt[layer][r, :, sl // TILE, :, sl % TILE] = k.permute(0, 2, 1, 3)[keep]
-        p.v[layer][r, :, sl] = v.permute(0, 2, 1, 3)[keep]
+        store_kv(p.kt[layer][self.lo:self.hi], p.v[layer][self.lo:self.hi], k, v, self.start, self.n)
         vs = p.v[layer][self.lo:self.hi, :, :self.S]
         if q.shape[2] == 1: return tiled_decode_attention(q, p.kt[layer][self.lo:self.hi], vs, mask)
         return attention(q, p.keys(layer, self.lo, self.hi, self.S), vs, mask)

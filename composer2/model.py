@@ -31,7 +31,8 @@ def apply_rope(x: torch.Tensor, pos: torch.Tensor, base: float, table=None) -> t
 
 # %% ../nbs/05_model.ipynb #02c010-1
 class Attention(nn.Module):
-    "Grouped-query attention with RoPE; with a cache, the cache attends (`KVCache.attend`, `SlotCache` views), else `attention`."
+    """Grouped-query attention with RoPE; with a cache, the cache attends (`KVCache.attend`, `SlotCache` views), else
+    `attention`. `rope` is the `rope_table` of `pos` when the caller has it (a model computes it once for all layers)."""
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg, H, Hkv, hd = cfg, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
@@ -39,12 +40,12 @@ class Attention(nn.Module):
         self.wkv = nn.Linear(cfg.d_model, 2 * Hkv * hd, bias=False)
         self.wo = nn.Linear(H * hd, cfg.d_model, bias=False)
 
-    def forward(self, x, pos, mask=None, cache=None, layer=0, start=0):
+    def forward(self, x, pos, mask=None, cache=None, layer=0, start=0, rope=None):
         B, T, _ = x.shape
         c = self.cfg
         q = self.wq(x).view(B, T, c.n_heads, c.head_dim).transpose(1, 2)
         k, v = self.wkv(x).view(B, T, 2, c.n_kv_heads, c.head_dim).permute(2, 0, 3, 1, 4)
-        rope = rope_table(pos, c.head_dim, c.rope_base, torch.promote_types(q.dtype, torch.float32))
+        if rope is None: rope = rope_table(pos, c.head_dim, c.rope_base, torch.promote_types(q.dtype, torch.float32))
         q, k = apply_rope(q, pos, c.rope_base, rope), apply_rope(k, pos, c.rope_base, rope)
         y = attention(q, k, v, mask) if cache is None else cache.attend(layer, q, k, v, mask, start)
         return self.wo(y.transpose(1, 2).reshape(B, T, -1))
@@ -171,8 +172,8 @@ class Block(nn.Module):
         self.attn = Attention(cfg)
         self.ffn = MoE(cfg) if moe else SwiGLU(cfg.d_model, cfg.dense_hidden)
 
-    def forward(self, x, pos, mask=None, cache=None, layer=0, start=0, replay=None):
-        x = x + self.attn(self.attn_norm(x), pos, mask, cache, layer, start)
+    def forward(self, x, pos, mask=None, cache=None, layer=0, start=0, replay=None, rope=None):
+        x = x + self.attn(self.attn_norm(x), pos, mask, cache, layer, start, rope)
         h = self.ffn_norm(x)
         if isinstance(self.ffn, MoE):
             y, r = self.ffn(h.reshape(-1, h.shape[-1]), None if replay is None else replay.reshape(-1, replay.shape[-1]))
@@ -250,10 +251,11 @@ class MoETransformer(nn.Module):
         else:
             start, pos, mask = 0, torch.arange(T, device=idx.device).expand(B, T), None
         x = self.embed(idx)
+        rope = rope_table(pos, self.cfg.head_dim, self.cfg.rope_base, torch.promote_types(x.dtype, torch.float32))   # for every layer
         experts, aux, n_fb, m = [], 0.0, 0, 0
         for i, blk in enumerate(self.blocks):
             rep = None if replay is None or not isinstance(blk.ffn, MoE) else replay[:, :, m]
-            x, r = blk(x, pos, mask, cache, i, start, rep)
+            x, r = blk(x, pos, mask, cache, i, start, rep, rope)
             if r is not None:
                 m += 1
                 n_fb += r.n_fallback

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 # %% auto #0
-__all__ = ['TILE', 'EXPERT_ROWS', 'native_status', 'native_off', 'tiled_decode_attention', 'moe_experts']
+__all__ = ['TILE', 'EXPERT_ROWS', 'native_status', 'native_off', 'tiled_decode_attention', 'store_kv', 'moe_experts']
 
 # %% ../nbs/04a_native.ipynb #nat006
 TILE = 32   # key slots per tile (the C source's TILE)
@@ -22,92 +22,170 @@ _SOURCE = r'''
 
 #define TILE 32   /* key slots per tile: a row's keys of one key head are stored as [tiles, D, TILE] */
 
-/* e^x for x <= 0 without a library call, so that loops over it vectorise: 2^n e^r with n = round(x / ln 2),
-   |r| <= ln(2) / 2, e^r by its degree-7 Taylor polynomial (error < 2e-7 relative); x below -87 gives e^-87. */
-static inline float exp_nonpositive(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   /* round to nearest: 1.5 * 2^23 */
-    float r = x - n * 0.693145751953125f - n * 1.42860682030941723e-06f;
-    float p = 1.0f / 5040.0f;
+/* 8 floats: one AVX register, or two SSE / NEON ones (GCC and Clang vector extensions); aligned(4): unaligned loads */
+typedef float v8 __attribute__((vector_size(32), aligned(4)));
+typedef int32_t v8i __attribute__((vector_size(32), aligned(4)));
+
+/* a in every lane (not (v8){0} + a: adding 0 is not a no-op for -0, so the compiler must emit it) */
+static inline v8 splat(const float a) { return (v8){a, a, a, a, a, a, a, a}; }
+
+/* e^x for x <= 0 in 8 lanes without a branch or a library call: 2^n e^r with n = round(x / ln 2), |r| <= ln(2) / 2,
+   e^r by its degree-7 Taylor polynomial (error < 2e-7 relative); x below -87 (-inf too) gives e^-87. Vector code
+   written out: a scalar version with a clamp is not vectorised by GCC 12 ("control flow in loop"). */
+static inline v8 exp8_nonpositive(v8 x) {
+    const v8 lo = splat(-87.0f);
+    const v8i low = x < lo;
+    x = (v8)((low & (v8i)lo) | (~low & (v8i)x));
+    const v8 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   /* round to nearest: 1.5 * 2^23 */
+    const v8 r = x - n * 0.693145751953125f - n * 1.42860682030941723e-06f;
+    v8 p = splat(1.0f / 5040.0f);
     p = p * r + 1.0f / 720.0f; p = p * r + 1.0f / 120.0f; p = p * r + 1.0f / 24.0f; p = p * r + 1.0f / 6.0f;
     p = p * r + 0.5f; p = p * r + 1.0f; p = p * r + 1.0f;
-    union { uint32_t i; float f; } two_n = { (uint32_t)((int32_t)n + 127) << 23 };
-    return p * two_n.f;
+    return p * (v8)((__builtin_convertvector(n, v8i) + 127) << 23);
 }
 
-/* The G query heads q [G, D] that share one key head, against its keys kt (tiles of [D, TILE], tile_stride floats
-   apart), values v [S, D] (rows D floats apart) and mask m [S]: o [G, D]. sc is scratch for G * S scores. */
-static inline void key_head(const float *restrict q, const float *restrict kt, int64_t tile_stride,
-                            const float *restrict v, const uint8_t *restrict m, float *restrict o, float *restrict sc,
-                            const int64_t G, const int64_t S, const int64_t D, const float scale) {
-    for (int64_t s0 = 0; s0 < S; s0 += TILE) {
-        const int64_t n = S - s0 < TILE ? S - s0 : TILE;
+/* ---- attention of one query per row over tiled keys ---- */
+
+/* sc[g * ld + i] = q[g] . (key i of a tile [D, TILE]) for G <= 3 query heads: 4G accumulators in registers, each row
+   of the tile loaded once for all G heads (G is a constant at every call, so the loops unroll). */
+static inline void tile_scores(const float *restrict q, const float *restrict tile, float *restrict sc, const int64_t ld,
+                               const int64_t D, const int G) {
+    v8 a[3][TILE / 8];
+    for (int g = 0; g < G; g++) for (int j = 0; j < TILE / 8; j++) a[g][j] = splat(0.0f);
+    for (int64_t d = 0; d < D; d++) {
+        v8 t[TILE / 8];
+        for (int j = 0; j < TILE / 8; j++) t[j] = *(const v8 *)(tile + d * TILE + 8 * j);
+        for (int g = 0; g < G; g++) {
+            const v8 qd = splat(q[g * D + d]);
+            for (int j = 0; j < TILE / 8; j++) a[g][j] += qd * t[j];
+        }
+    }
+    for (int g = 0; g < G; g++) for (int j = 0; j < TILE / 8; j++) *(v8 *)(sc + g * ld + 8 * j) = a[g][j];
+}
+
+/* acc[g][0 : 8 NV] += sum_i p[g * ld + i] * v[i][0 : 8 NV] over n value rows (D floats apart), for G <= 3 heads. */
+static inline void tile_values(const float *restrict p, const int64_t ld, const float *restrict v, const int64_t D,
+                               const int64_t n, float *restrict acc, const int G, const int NV) {
+    v8 a[3][4];
+    for (int g = 0; g < G; g++) for (int j = 0; j < NV; j++) a[g][j] = *(const v8 *)(acc + g * D + 8 * j);
+    for (int64_t i = 0; i < n; i++) {
+        v8 x[4];
+        for (int j = 0; j < NV; j++) x[j] = *(const v8 *)(v + i * D + 8 * j);
+        for (int g = 0; g < G; g++) {
+            const v8 pg = splat(p[g * ld + i]);
+            for (int j = 0; j < NV; j++) a[g][j] += pg * x[j];
+        }
+    }
+    for (int g = 0; g < G; g++) for (int j = 0; j < NV; j++) *(v8 *)(acc + g * D + 8 * j) = a[g][j];
+}
+
+/* The G query heads q [G, D] that share one key head, against its keys kt (tiles of [D, TILE], tile_stride floats apart),
+   values v [S, D] and mask m [S]: o [G, D]. D is a multiple of 8. sc is scratch for G rows of S rounded up to whole tiles.
+   Heads go in blocks of 3 and dimensions in blocks of 32, so that every inner product keeps its sums in registers; tiles
+   with no slot seen are skipped. */
+static void key_head(const float *restrict q, const float *restrict kt, const int64_t tile_stride, const float *restrict v,
+                     const uint8_t *restrict m, float *restrict o, float *restrict sc, const int64_t G, const int64_t S,
+                     const int64_t D, const float scale) {
+    const int64_t nt = (S + TILE - 1) / TILE, ld = nt * TILE;
+    float qs[G * D], inv[G];
+    uint8_t live[nt];
+    for (int64_t i = 0; i < G * D; i++) qs[i] = q[i] * scale;
+    for (int64_t t = 0; t < nt; t++) {                               /* scores, -inf where not seen */
+        const int64_t s0 = t * TILE, n = S - s0 < TILE ? S - s0 : TILE;
+        uint8_t seen[TILE];
         int any = 0;
-        for (int64_t i = 0; i < n; i++) any |= m[s0 + i];
-        if (!any) { for (int64_t g = 0; g < G; g++) for (int64_t i = 0; i < n; i++) sc[g * S + s0 + i] = -INFINITY; continue; }
-        const float *tile = kt + (s0 / TILE) * tile_stride;
-        float a[G][TILE];   /* a whole tile, also past S: those slots hold finite stale keys and are never stored */
-        for (int64_t g = 0; g < G; g++) for (int64_t i = 0; i < TILE; i++) a[g][i] = 0.0f;
-        for (int64_t d = 0; d < D; d++)
-            for (int64_t g = 0; g < G; g++) {
-                const float qd = q[g * D + d] * scale;
-                #pragma omp simd
-                for (int64_t i = 0; i < TILE; i++) a[g][i] += qd * tile[d * TILE + i];
+        for (int64_t i = 0; i < TILE; i++) any |= seen[i] = i < n ? m[s0 + i] : 0;
+        if (!(live[t] = any != 0)) continue;
+        for (int64_t g0 = 0; g0 < G; g0 += 3) {
+            const float *qg = qs + g0 * D, *tile = kt + t * tile_stride;
+            float *sg = sc + g0 * ld + s0;
+            switch (G - g0 < 3 ? G - g0 : 3) {
+                case 3: tile_scores(qg, tile, sg, ld, D, 3); break;
+                case 2: tile_scores(qg, tile, sg, ld, D, 2); break;
+                default: tile_scores(qg, tile, sg, ld, D, 1);
             }
-        for (int64_t g = 0; g < G; g++) for (int64_t i = 0; i < n; i++) sc[g * S + s0 + i] = m[s0 + i] ? a[g][i] : -INFINITY;
-    }
-    float acc[G * D], inv[G];
-    for (int64_t g = 0; g < G; g++) {
-        float *row = sc + g * S, top = -INFINITY, sum = 0.0f;
-        #pragma omp simd reduction(max:top)
-        for (int64_t s = 0; s < S; s++) top = row[s] > top ? row[s] : top;
-        #pragma omp simd reduction(+:sum)
-        for (int64_t s = 0; s < S; s++) {
-            const float e = row[s] == -INFINITY ? 0.0f : exp_nonpositive(row[s] - top);
-            row[s] = e; sum += e;
         }
+        for (int64_t g = 0; g < G; g++)
+            for (int64_t i = 0; i < TILE; i++) sc[g * ld + s0 + i] = seen[i] ? sc[g * ld + s0 + i] : -INFINITY;
+    }
+    for (int64_t g = 0; g < G; g++) {                               /* softmax numerators in place; masked slots exactly 0 */
+        float *row = sc + g * ld, top = -INFINITY, sum = 0.0f;
+        for (int64_t t = 0; t < nt; t++)
+            if (live[t])
+                #pragma omp simd reduction(max:top)
+                for (int64_t i = 0; i < TILE; i++) top = row[t * TILE + i] > top ? row[t * TILE + i] : top;
+        v8 tot = splat(0.0f);
+        for (int64_t t = 0; t < nt; t++)
+            if (live[t])
+                for (int64_t j = 0; j < TILE / 8; j++) {
+                    v8 *x = (v8 *)(row + t * TILE + 8 * j);
+                    const v8 e = (v8)((v8i)exp8_nonpositive(*x - top) & (*x != -INFINITY));
+                    *x = e; tot += e;
+                }
+        for (int j = 0; j < 8; j++) sum += tot[j];
         inv[g] = 1.0f / sum;
-        for (int64_t d = 0; d < D; d++) acc[g * D + d] = 0.0f;
+        for (int64_t d = 0; d < D; d++) o[g * D + d] = 0.0f;
     }
-    for (int64_t s = 0; s < S; s++) {
-        if (!m[s]) continue;
-        const float *vs = v + s * D;
-        for (int64_t g = 0; g < G; g++) {
-            const float p = sc[g * S + s];
-            #pragma omp simd
-            for (int64_t d = 0; d < D; d++) acc[g * D + d] += p * vs[d];
-        }
+    for (int64_t t = 0; t < nt; t++) {                               /* the weighted sum of values */
+        if (!live[t]) continue;
+        const int64_t s0 = t * TILE, n = S - s0 < TILE ? S - s0 : TILE;
+        for (int64_t g0 = 0; g0 < G; g0 += 3)
+            for (int64_t d0 = 0; d0 < D; d0 += 32) {
+                const float *p = sc + g0 * ld + s0, *vt = v + s0 * D + d0;
+                float *acc = o + g0 * D + d0;
+                const int gb = G - g0 < 3 ? G - g0 : 3, nv = (D - d0) / 8 < 4 ? (D - d0) / 8 : 4;
+                switch (4 * gb + nv) {   /* constant block shapes, so that each call unrolls */
+                    case 16: tile_values(p, ld, vt, D, n, acc, 3, 4); break;  case 15: tile_values(p, ld, vt, D, n, acc, 3, 3); break;
+                    case 14: tile_values(p, ld, vt, D, n, acc, 3, 2); break;  case 13: tile_values(p, ld, vt, D, n, acc, 3, 1); break;
+                    case 12: tile_values(p, ld, vt, D, n, acc, 2, 4); break;  case 11: tile_values(p, ld, vt, D, n, acc, 2, 3); break;
+                    case 10: tile_values(p, ld, vt, D, n, acc, 2, 2); break;  case 9: tile_values(p, ld, vt, D, n, acc, 2, 1); break;
+                    case 8: tile_values(p, ld, vt, D, n, acc, 1, 4); break;   case 7: tile_values(p, ld, vt, D, n, acc, 1, 3); break;
+                    case 6: tile_values(p, ld, vt, D, n, acc, 1, 2); break;   default: tile_values(p, ld, vt, D, n, acc, 1, 1);
+                }
+            }
     }
-    for (int64_t g = 0; g < G; g++) for (int64_t d = 0; d < D; d++) o[g * D + d] = acc[g * D + d] * inv[g];
+    for (int64_t g = 0; g < G; g++) for (int64_t d = 0; d < D; d++) o[g * D + d] *= inv[g];
 }
 
 /* One query per row: q [B, H, D] and out [B, H, D] contiguous; keys of row b, key head h at kt + b * k_row + h * k_head
    (tiles k_tile floats apart); values at v + b * v_row + h * v_head, [S, D]; mask [B, S] with rows m_row apart; scratch
-   for H / Hkv * S floats. Query heads h * G .. h * G + G - 1 share key head h. */
+   for H / Hkv rows of S rounded up to whole tiles. Query heads h * G .. h * G + G - 1 share key head h. */
 void c2_tiled_decode_attention(const float *q, const float *kt, const float *v, const uint8_t *mask, float *out, float *scratch,
                                int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D, int64_t k_row, int64_t k_head,
                                int64_t k_tile, int64_t v_row, int64_t v_head, int64_t m_row, float scale) {
     const int64_t G = H / Hkv;
     for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < Hkv; h++) {
-            const float *qh = q + (b * H + h * G) * D, *kh = kt + b * k_row + h * k_head, *vh = v + b * v_row + h * v_head;
-            float *oh = out + (b * H + h * G) * D;
-            if (G == 3 && D == 32) key_head(qh, kh, k_tile, vh, mask + b * m_row, oh, scratch, 3, S, 32, scale);   /* cpu scale */
-            else key_head(qh, kh, k_tile, vh, mask + b * m_row, oh, scratch, G, S, D, scale);
-        }
+        for (int64_t h = 0; h < Hkv; h++)
+            key_head(q + (b * H + h * G) * D, kt + b * k_row + h * k_head, k_tile, v + b * v_row + h * v_head,
+                     mask + b * m_row, out + (b * H + h * G) * D, scratch, G, S, D, scale);
+}
+
+/* A right-padded chunk's keys and values into a pool's rows: token j < n[b] of row b goes to slot start[b] + j. k and v
+   [B, Hkv, C, D] at strides (kb, kh, kc) and (vb, vh, vc), dimensions contiguous; keys into tiles kt (strides t_row,
+   t_head, t_tile; each [D, TILE]), values into vs [slots, D] (strides s_row, s_head). The caller checks the slots exist. */
+void c2_store_kv(const float *k, const float *v, float *kt, float *vs, const int64_t *start, const int64_t *n,
+                 int64_t B, int64_t Hkv, int64_t D, int64_t kb, int64_t kh, int64_t kc, int64_t vb, int64_t vh, int64_t vc,
+                 int64_t t_row, int64_t t_head, int64_t t_tile, int64_t s_row, int64_t s_head) {
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hkv; h++)
+            for (int64_t j = 0; j < n[b]; j++) {
+                const int64_t s = start[b] + j;
+                const float *kj = k + b * kb + h * kh + j * kc, *vj = v + b * vb + h * vh + j * vc;
+                float *kd = kt + b * t_row + h * t_head + (s / TILE) * t_tile + s % TILE, *vd = vs + b * s_row + h * s_head + s * D;
+                for (int64_t d = 0; d < D; d++) { kd[d * TILE] = kj[d]; vd[d] = vj[d]; }
+            }
 }
 
 /* ---- routed experts of a few tokens ---- */
 
-/* silu(g) * u with e^-|g| from exp_nonpositive, so the loop vectorises and needs no libm. */
-static inline float silu_mul(float g, float u) {
-    const float e = exp_nonpositive(g < 0.0f ? g : -g);       /* e^-|g| */
-    const float s = g < 0.0f ? e / (1.0f + e) : 1.0f / (1.0f + e);   /* sigmoid(g) */
+/* silu(g) * u in 8 lanes, the sigmoid from e^-|g|. */
+static inline v8 silu8_mul(const v8 g, const v8 u) {
+    const v8 e = exp8_nonpositive((v8)((v8i)g | (v8i)splat(-0.0f)));   /* e^-|g| (the sign bit set) */
+    const v8 one = splat(1.0f);
+    const v8i neg = g < splat(0.0f);
+    const v8 s = (v8)((neg & (v8i)(e / (one + e))) | (~neg & (v8i)(one / (one + e))));   /* sigmoid(g) */
     return g * s * u;
 }
-
-/* 8 floats: one AVX register, or two SSE / NEON ones (GCC and Clang vector extensions); aligned(4): unaligned loads */
-typedef float v8 __attribute__((vector_size(32), aligned(4)));
 
 /* out[r][0:8 * NV] (+)= sum_kk a[r][kk] * b[kk * ldb + c] over K rows of b, for R rows a[r] (pointers) and the 8 * NV
    columns at b: the sums stay in registers (R and NV are constants at every call, so the compiler unrolls both), each
@@ -120,7 +198,7 @@ static inline void panel(const float *restrict const *a, const float *restrict b
         v8 bv[2];
         for (int j = 0; j < NV; j++) bv[j] = *(const v8 *)(b + kk * ldb + 8 * j);
         for (int r = 0; r < R; r++) {
-            const v8 av = (v8){0} + a[r][kk];
+            const v8 av = splat(a[r][kk]);
             for (int j = 0; j < NV; j++) acc[r][j] += av * bv[j];
         }
     }
@@ -188,8 +266,7 @@ int c2_moe_experts(const float *x, const int64_t *idx, const float *w, const flo
         rows_matmul(a, w_in + e * d * H2, d, H2, o, n);
         for (int64_t i = 0; i < n; i++) {
             float *g = hid + (s + i) * H2;
-            #pragma omp simd
-            for (int64_t c = 0; c < h; c++) g[c] = silu_mul(g[c], g[h + c]);
+            for (int64_t c = 0; c < h; c += 8) *(v8 *)(g + c) = silu8_mul(*(const v8 *)(g + c), *(const v8 *)(g + h + c));
             a[i] = g; o[i] = tmp + order[s + i] * d;          /* tmp in (token, choice) order */
         }
         rows_matmul(a, w_out + e * h * d, h, d, o, n);
@@ -255,7 +332,9 @@ def native_status() -> dict:
                     fn.restype, fn.argtypes = None, [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 11 + [ctypes.c_float]
                     ex = lib.c2_moe_experts
                     ex.restype, ex.argtypes = ctypes.c_int, [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 5
-                    _LIB["decode"], _LIB["experts"], st["available"], st["path"] = fn, ex, True, str(path)
+                    kv = lib.c2_store_kv
+                    kv.restype, kv.argtypes = None, [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 14
+                    _LIB.update(decode=fn, experts=ex, store=kv); st["available"], st["path"] = True, str(path)
                 except (OSError, AttributeError) as e: why = f"cannot load {path}: {e}"
             st["reason"] = why
         if st["reason"] and os.environ.get("C2_NATIVE", "1") != "0":
@@ -292,14 +371,41 @@ def tiled_decode_attention(q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor, m
         raise ValueError(f"tiled_decode_attention: q {tuple(q.shape)}, kt {tuple(kt.shape)}, v {tuple(v.shape)}, mask {tuple(mask.shape)}")
     if (any(t.dtype != torch.float32 or t.device.type != "cpu" for t in (q, kt, v))
             or (torch.is_grad_enabled() and any(t.requires_grad for t in (q, kt, v)))
-            or kt.stride(-1) != 1 or kt.stride(-2) != TILE or v.stride(-1) != 1 or v.stride(-2) != D
+            or D % 8 or kt.stride(-1) != 1 or kt.stride(-2) != TILE or v.stride(-1) != 1 or v.stride(-2) != D
             or _LIB["off"] or not native_status()["available"]): return _tiled_torch(q, kt, v, mask)
     q = q.contiguous()
     m = mask.reshape(B, S).contiguous().view(torch.uint8)
-    out, scratch = torch.empty_like(q), torch.empty(H // Hkv * S)
+    out, scratch = torch.empty_like(q), torch.empty(H // Hkv * -(-S // TILE) * TILE)
     _LIB["decode"](q.data_ptr(), kt.data_ptr(), v.data_ptr(), m.data_ptr(), out.data_ptr(), scratch.data_ptr(), B, H, Hkv, S, D,
                    kt.stride(0), kt.stride(1), kt.stride(2), v.stride(0), v.stride(1), m.stride(0), D ** -0.5)
     return out
+
+# %% ../nbs/04a_native.ipynb #nat016
+def store_kv(kt: torch.Tensor, v: torch.Tensor, k: torch.Tensor, vals: torch.Tensor, start: torch.Tensor, n: torch.Tensor):
+    """Write a right-padded chunk's keys `k` and values `vals` [B, Hkv, C, D] into B rows of a tiled pool: token j < n[b] of
+    row b goes to slot start[b] + j of the tiles kt [B, Hkv, tiles, D, TILE] and of v [B, Hkv, slots, D]. The native
+    kernel where it applies, else PyTorch's indexed assignment (the same values)."""
+    B, Hkv, C, D = k.shape
+    start, n = start.to(torch.int64), n.to(torch.int64)
+    s0, m = start.tolist(), n.tolist()                    # checked in Python: a decode step's B numbers, not a dozen tensor ops
+    if (vals.shape != k.shape or kt.shape[:2] != (B, Hkv) or kt.shape[3:] != (D, TILE) or v.shape[:2] != (B, Hkv)
+            or v.shape[3] != D or len(s0) != B or len(m) != B or start.dim() != 1 or n.dim() != 1
+            or any(a < 0 or not 0 <= b <= C or a + b > min(v.shape[2], kt.shape[2] * TILE) for a, b in zip(s0, m))):
+        raise ValueError(f"store_kv: kt {tuple(kt.shape)}, v {tuple(v.shape)}, k {tuple(k.shape)}, values {tuple(vals.shape)}, "
+                         f"start {s0}, n {m}")
+    if (all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (kt, v, k, vals))
+            and not (torch.is_grad_enabled() and any(t.requires_grad for t in (kt, v, k, vals)))
+            and kt.stride(-1) == 1 and kt.stride(-2) == TILE and v.stride(-1) == 1 and v.stride(-2) == D
+            and k.stride(-1) == 1 and vals.stride(-1) == 1 and not _LIB["off"] and native_status()["available"]):
+        start, n = start.cpu().contiguous(), n.cpu().contiguous()
+        _LIB["store"](k.data_ptr(), vals.data_ptr(), kt.data_ptr(), v.data_ptr(), start.data_ptr(), n.data_ptr(), B, Hkv, D,
+                      *k.stride()[:3], *vals.stride()[:3], *kt.stride()[:3], *v.stride()[:2])
+        return
+    keep = torch.arange(C, device=k.device)[None] < n[:, None].to(k.device)
+    slots = (start[:, None].to(k.device) + torch.arange(C, device=k.device)[None])[keep]
+    rows = torch.arange(B, device=k.device)[:, None].expand(B, C)[keep]
+    kt[rows, :, slots // TILE, :, slots % TILE] = k.permute(0, 2, 1, 3)[keep]
+    v[rows, :, slots] = vals.permute(0, 2, 1, 3)[keep]
 
 # %% ../nbs/04a_native.ipynb #nat021
 EXPERT_ROWS = 128   # the most tokens `moe_experts` takes: above it the grouped GEMM is as fast (kernels/bench_native.py)
