@@ -11,7 +11,7 @@ from .config import C2Error, Config, Preempted, atomic_write, read_jsonl, to_yam
 from .sync import Reconciler, publishable
 from .objectives import best_of_k_curve
 from .train import read_torch
-from .actors import RolloutWorkerImpl, TrainerImpl, build_policy
+from .actors import POLL_S, RolloutWorkerImpl, TrainerImpl, build_policy
 
 # %% auto #0
 __all__ = ['RL_CHECKPOINT_KEYS', 'run_dir', 'prompt_pool', 'sft_checkpoint', 'initial_weights', 'save_rl_checkpoint',
@@ -363,7 +363,7 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
             evals.collect()
             t_wait = time.perf_counter()
             while (groups := _ray_get(rec.batch.remote(step))) is None:
-                done, _ = ray.wait(runs, timeout=0.02)
+                done, _ = ray.wait(runs, timeout=POLL_S)
                 if done: _ray_get(done[0]); raise RuntimeError("a rollout worker stopped unexpectedly")
             wait_s = time.perf_counter() - t_wait
             m_ref, d_ref = trainer.step.options(num_returns=2).remote(groups, step)
