@@ -268,7 +268,7 @@ class DecodeServer:
         self.pool = engine.model.new_cache(rows, capacity=128, slots=True)
         self.seq_at: list[int | None] = [None] * rows     # row -> sequence id
         self.row_of: dict[int, int] = {}                  # sequence id -> row
-        self.active: list[_Request] = []                  # rows 0..len(active)-1, in order
+        self.active: list[_Request] = []                  # the requests being decoded (their rows: `_rows`)
         self.pending: list[_Request] = []
         self._cv, self._next, self._stop, self._closing = threading.Condition(), 0, False, []
         self.stats = dict(sampled=0, fed=0, reused=0, decode_steps=0, decode_rows=0, prefills=0, busy_s=0.0)
@@ -310,13 +310,9 @@ class DecodeServer:
         self._thread.join()
 
     # -- the loop
-    def _swap(self, i: int, j: int):
-        if i == j: return
-        self.pool.swap(i, j)
-        a, b = self.seq_at[i], self.seq_at[j]
-        self.seq_at[i], self.seq_at[j] = b, a
-        if a is not None: self.row_of[a] = j
-        if b is not None: self.row_of[b] = i
+    def _rows(self, reqs: list[_Request]) -> list[int]:
+        "The pool rows of requests' sequences."
+        return [self.row_of[r.seq] for r in reqs]
 
     def _uniforms(self, reqs: list[_Request]) -> torch.Tensor:
         "Each row's next uniform: its stream at its count of draws so far."
@@ -338,26 +334,22 @@ class DecodeServer:
         req.done.set()
 
     def _retire(self, idx: list[int]):
-        "Move finished active rows out of the active range and answer their requests."
-        for i in sorted(idx, reverse=True):
-            last = len(self.active) - 1
-            self._swap(i, last)
-            self.active[i], self.active[last] = self.active[last], self.active[i]
-            self._finish(self.active.pop())
+        "Answer the finished active requests at indices `idx` and take them out of the batch (their rows stay theirs)."
+        done = set(idx)
+        for i in sorted(done): self._finish(self.active[i])
+        self.active = [r for i, r in enumerate(self.active) if i not in done]
 
-    def _place(self, r: _Request, target: int) -> bool:
-        "Give request r's sequence a row (a free one, growing the pool if needed), move it to row `target`; whether it is a new context."
+    def _place(self, r: _Request) -> bool:
+        "Give request r's sequence a row if it has none (a free one, growing the pool if needed); whether it is a new context."
         row = self.row_of[r.seq]
         if row is None:
-            free = [x for x in range(target, len(self.seq_at)) if self.seq_at[x] is None]
-            if not free:
-                n = len(self.seq_at)
-                self.pool.add_rows(n); self.seq_at += [None] * n; free = [n]
-            row = free[0]
+            row = next((x for x, s in enumerate(self.seq_at) if s is None), None)
+            if row is None:
+                row = len(self.seq_at)
+                self.pool.add_rows(row); self.seq_at += [None] * row
             self.seq_at[row], self.row_of[r.seq] = r.seq, row; self.pool.len[row] = 0
         if r.reset: self.pool.len[row] = 0
-        self._swap(row, target)
-        return int(self.pool.len[target]) == 0
+        return int(self.pool.len[row]) == 0
 
     def _reuse(self, r: _Request, row: int) -> int:
         """Copy into `row` the cache of the longest prefix `r.new` shares with a stored new context of the current
@@ -392,8 +384,9 @@ class DecodeServer:
         if not take: return
         lo = len(self.active)
         self.active += take                               # (a failure below fails them with the rest)
-        fresh = [self._place(r, lo + i) for i, r in enumerate(take)]
-        skip = [self._reuse(r, lo + i) if f else 0 for i, (r, f) in enumerate(zip(take, fresh))]
+        fresh = [self._place(r) for r in take]
+        rows = self._rows(take)
+        skip = [self._reuse(r, row) if f else 0 for r, row, f in zip(take, rows, fresh)]
         feed = [r.new[s:] for r, s in zip(take, skip)]
         C = max(len(f) for f in feed)
         dev = self.pool.len.device
@@ -402,11 +395,11 @@ class DecodeServer:
         valid = torch.arange(C, device=dev)[None] < n[:, None]
         for i, f in enumerate(feed): idx[i, :len(f)] = torch.tensor(f)
         last = valid & (torch.arange(C, device=dev)[None] == (n - 1)[:, None])
-        out = self.engine.model(idx, valid=valid, cache=self.pool.view(lo, lo + len(take)), capture=True, logits_at=last)
+        out = self.engine.model(idx, valid=valid, cache=self.pool.view(rows), capture=True, logits_at=last)
         v = self.engine.version
         for i, (r, f) in enumerate(zip(take, feed)):
             r.experts.append(out.experts[i, :len(f)]); r.fed_versions += [v] * len(f)
-            if fresh[i]: self._store(r, lo + i)
+            if fresh[i]: self._store(r, rows[i])
         self.stats["fed"] += int(n.sum()); self.stats["reused"] += sum(skip); self.stats["prefills"] += 1
         tok, lp = sample_tokens(out.logits, self.T, self.top_p, u=self._uniforms(take))
         fin = self._record(take, tok, lp)
@@ -416,7 +409,7 @@ class DecodeServer:
         "One decode step over every active row."
         B = len(self.active)
         cur = torch.tensor([[r.tokens[-1]] for r in self.active], device=self.pool.len.device)
-        out = self.engine.model(cur, cache=self.pool.view(0, B), capture=True)
+        out = self.engine.model(cur, cache=self.pool.view(self._rows(self.active)), capture=True)
         v = self.engine.version
         for i, r in enumerate(self.active): r.experts.append(out.experts[i]); r.fed_versions.append(v)
         tok, lp = sample_tokens(out.logits[:, -1], self.T, self.top_p, u=self._uniforms(self.active))

@@ -90,10 +90,10 @@ class KVCache:
 # %% ../nbs/04b_kvcache.ipynb #b60a0db2
 class SlotCache:
     """A pool of per-sequence KV caches for continuous batching: row r keeps one sequence's keys and values in slots
-    0..len[r]-1 for as long as the sequence lives (across turns). A forward runs on a contiguous range of rows
-    (`view(lo, hi)`), each row appending a right-padded chunk after its own length; `swap` moves sequences so the
-    rows a forward needs are contiguous (a view of the pool, no copy). Keys are kept in tiles of `TILE` slots,
-    `kt` [rows, Hkv, tiles, D, TILE], which `tiled_decode_attention` reads; values as `v` [rows, Hkv, slots, D]."""
+    0..len[r]-1 for as long as the sequence lives (across turns). A forward runs on any rows of the pool, in any order
+    (`view(rows)`), each row appending a right-padded chunk after its own length; a sequence never moves, so a batch
+    whose members come and go copies no cache. Keys are kept in tiles of `TILE` slots, `kt` [rows, Hkv, tiles, D, TILE],
+    which `tiled_decode_attention` reads; values as `v` [rows, Hkv, slots, D]."""
     def __init__(self, rows, n_layers, n_kv_heads, head_dim, capacity=256, dtype=torch.float32, device="cpu"):
         n = -(-capacity // TILE)
         self.kt = [torch.zeros(rows, n_kv_heads, n, head_dim, TILE, dtype=dtype, device=device) for _ in range(n_layers)]
@@ -116,17 +116,9 @@ class SlotCache:
         pad = lambda t: torch.cat([t, t.new_zeros(n, *t.shape[1:])], 0)
         self.kt = [pad(t) for t in self.kt]; self.v = [pad(t) for t in self.v]; self.len = pad(self.len)
 
-    def swap(self, i: int, j: int):
-        "Exchange the sequences held by rows i and j (only the tiles and values of their filled slots are copied)."
-        if i == j: return
-        n = int(self.len[[i, j]].max())
-        for t, m in [(t, -(-n // TILE)) for t in self.kt] + [(t, n) for t in self.v]:
-            tmp = t[i, :, :m].clone(); t[i, :, :m] = t[j, :, :m]; t[j, :, :m] = tmp
-        self.len[[i, j]] = self.len[[j, i]]
-
-    def keys(self, layer: int, lo: int, hi: int, S: int) -> torch.Tensor:
-        "Rows lo..hi-1's keys of slots 0..S-1 as [B, Hkv, S, D], the layout PyTorch's attention reads (a copy)."
-        t = self.kt[layer][lo:hi, :, :-(-S // TILE)]
+    def keys(self, layer: int, rows, S: int) -> torch.Tensor:
+        "The keys of `rows` (a list of rows) in slots 0..S-1 as [B, Hkv, S, D], the layout PyTorch's attention reads (a copy)."
+        t = self.kt[layer][torch.as_tensor(rows, device=self.len.device), :, :-(-S // TILE)]
         return t.transpose(3, 4).reshape(*t.shape[:2], -1, t.shape[3])[:, :, :S]
 
     def save_row(self, row: int, n: int) -> tuple:
@@ -140,14 +132,15 @@ class SlotCache:
         for t, s in zip(self.v, saved[1]): t[row, :, :n] = s[:, :n]
         self.len[row] = n
 
-    def view(self, lo: int, hi: int) -> "_SlotView":
-        "The cache interface of `MoETransformer.forward` for rows lo..hi-1."
-        return _SlotView(self, lo, hi)
+    def view(self, rows) -> "_SlotView":
+        "The cache interface of `MoETransformer.forward` for the pool's rows `rows` (a list, in the batch's order)."
+        return _SlotView(self, rows)
 
 # %% ../nbs/04b_kvcache.ipynb #b60a0db2-1
 class _SlotView:
-    "Rows lo..hi-1 of a `SlotCache`, as `MoETransformer.forward` uses a cache: `reserve`, then `attend` per layer."
-    def __init__(self, pool: SlotCache, lo: int, hi: int): self.pool, self.lo, self.hi = pool, lo, hi
+    "Rows of a `SlotCache`, as `MoETransformer.forward` uses a cache: `reserve`, then `attend` per layer."
+    def __init__(self, pool: SlotCache, rows):
+        self.pool, self.rows = pool, torch.as_tensor(rows, dtype=torch.long, device=pool.len.device)
 
     def reserve(self, valid: torch.Tensor):
         "Slots for a right-padded chunk [B, C] after each row's length; returns (None, positions, mask [B, 1, C, S])."
@@ -155,24 +148,22 @@ class _SlotView:
         n = valid.long().sum(1)
         if not torch.equal(valid, torch.arange(C, device=valid.device)[None] < n[:, None]):
             raise ValueError("SlotCache: chunks must be right-padded (valid tokens first)")
-        ln = p.len[self.lo:self.hi].clone()
+        ln = p.len[self.rows]
         p.reserve_slots(int((ln + C).max()))
         self.start, self.n = ln, n
-        j = torch.arange(C, device=valid.device)
-        self.slots = ln[:, None] + j[None]                       # where each chunk token goes (padding is not stored)
+        self.slots = ln[:, None] + torch.arange(C, device=valid.device)[None]   # each chunk token's slot (padding is not stored)
         new_len = ln + n
         self.S = int(new_len.max())
         s = torch.arange(self.S, device=valid.device)
         mask = (s[None, None] <= self.slots[:, :, None]) & (s[None, None] < new_len[:, None, None])
         mask |= s[None, None] == 0                               # a query never sees nothing (padding rows)
-        p.len[self.lo:self.hi] = new_len
+        p.len[self.rows] = new_len
         return None, self.slots, mask[:, None]
 
     def attend(self, layer, q, k, v, mask, start=None):
         """Store the chunk's keys/values [B, Hkv, C, D] at the reserved slots, then its queries' attention over each row's slots
         up to its length: `tiled_decode_attention` for one query per row, else `attention` on a copy of the keys."""
         p = self.pool
-        store_kv(p.kt[layer][self.lo:self.hi], p.v[layer][self.lo:self.hi], k, v, self.start, self.n)
-        vs = p.v[layer][self.lo:self.hi, :, :self.S]
-        if q.shape[2] == 1: return tiled_decode_attention(q, p.kt[layer][self.lo:self.hi], vs, mask)
-        return attention(q, p.keys(layer, self.lo, self.hi, self.S), vs, mask)
+        store_kv(p.kt[layer], p.v[layer], k, v, self.start, self.n, self.rows)
+        if q.shape[2] == 1: return tiled_decode_attention(q, p.kt[layer], p.v[layer], mask, self.rows)
+        return attention(q, p.keys(layer, self.rows, self.S), p.v[layer][self.rows, :, :self.S], mask)

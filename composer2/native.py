@@ -147,31 +147,34 @@ static void key_head(const float *restrict q, const float *restrict kt, const in
     for (int64_t g = 0; g < G; g++) for (int64_t d = 0; d < D; d++) o[g * D + d] *= inv[g];
 }
 
-/* One query per row: q [B, H, D] and out [B, H, D] contiguous; keys of row b, key head h at kt + b * k_row + h * k_head
-   (tiles k_tile floats apart); values at v + b * v_row + h * v_head, [S, D]; mask [B, S] with rows m_row apart; scratch
-   for H / Hkv rows of S rounded up to whole tiles. Query heads h * G .. h * G + G - 1 share key head h. */
-void c2_tiled_decode_attention(const float *q, const float *kt, const float *v, const uint8_t *mask, float *out, float *scratch,
-                               int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D, int64_t k_row, int64_t k_head,
-                               int64_t k_tile, int64_t v_row, int64_t v_head, int64_t m_row, float scale) {
+/* One query per row: q [B, H, D] and out [B, H, D] contiguous; query row b reads pool row r = rows[b]: its keys of key
+   head h at kt + r * k_row + h * k_head (tiles k_tile floats apart), its values at v + r * v_row + h * v_head, [S, D];
+   mask [B, S] with rows m_row apart; scratch for H / Hkv rows of S rounded up to whole tiles. Query heads
+   h * G .. h * G + G - 1 share key head h. */
+void c2_tiled_decode_attention(const float *q, const float *kt, const float *v, const uint8_t *mask, const int64_t *rows,
+                               float *out, float *scratch, int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                               int64_t k_row, int64_t k_head, int64_t k_tile, int64_t v_row, int64_t v_head, int64_t m_row,
+                               float scale) {
     const int64_t G = H / Hkv;
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hkv; h++)
-            key_head(q + (b * H + h * G) * D, kt + b * k_row + h * k_head, k_tile, v + b * v_row + h * v_head,
+            key_head(q + (b * H + h * G) * D, kt + rows[b] * k_row + h * k_head, k_tile, v + rows[b] * v_row + h * v_head,
                      mask + b * m_row, out + (b * H + h * G) * D, scratch, G, S, D, scale);
 }
 
-/* A right-padded chunk's keys and values into a pool's rows: token j < n[b] of row b goes to slot start[b] + j. k and v
-   [B, Hkv, C, D] at strides (kb, kh, kc) and (vb, vh, vc), dimensions contiguous; keys into tiles kt (strides t_row,
-   t_head, t_tile; each [D, TILE]), values into vs [slots, D] (strides s_row, s_head). The caller checks the slots exist. */
-void c2_store_kv(const float *k, const float *v, float *kt, float *vs, const int64_t *start, const int64_t *n,
+/* A right-padded chunk's keys and values into a pool's rows: token j < n[b] of chunk row b goes to slot start[b] + j of
+   pool row rows[b]. k and v [B, Hkv, C, D] at strides (kb, kh, kc) and (vb, vh, vc), dimensions contiguous; keys into
+   tiles kt (strides t_row, t_head, t_tile; each [D, TILE]), values into vs [slots, D] (strides s_row, s_head). The
+   caller checks that the rows and slots exist. */
+void c2_store_kv(const float *k, const float *v, float *kt, float *vs, const int64_t *rows, const int64_t *start, const int64_t *n,
                  int64_t B, int64_t Hkv, int64_t D, int64_t kb, int64_t kh, int64_t kc, int64_t vb, int64_t vh, int64_t vc,
                  int64_t t_row, int64_t t_head, int64_t t_tile, int64_t s_row, int64_t s_head) {
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hkv; h++)
             for (int64_t j = 0; j < n[b]; j++) {
-                const int64_t s = start[b] + j;
+                const int64_t s = start[b] + j, r = rows[b];
                 const float *kj = k + b * kb + h * kh + j * kc, *vj = v + b * vb + h * vh + j * vc;
-                float *kd = kt + b * t_row + h * t_head + (s / TILE) * t_tile + s % TILE, *vd = vs + b * s_row + h * s_head + s * D;
+                float *kd = kt + r * t_row + h * t_head + (s / TILE) * t_tile + s % TILE, *vd = vs + r * s_row + h * s_head + s * D;
                 for (int64_t d = 0; d < D; d++) { kd[d * TILE] = kj[d]; vd[d] = vj[d]; }
             }
 }
@@ -329,11 +332,11 @@ def native_status() -> dict:
                 try:
                     lib = ctypes.CDLL(str(path))
                     fn = lib.c2_tiled_decode_attention
-                    fn.restype, fn.argtypes = None, [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 11 + [ctypes.c_float]
+                    fn.restype, fn.argtypes = None, [ctypes.c_void_p] * 7 + [ctypes.c_int64] * 11 + [ctypes.c_float]
                     ex = lib.c2_moe_experts
                     ex.restype, ex.argtypes = ctypes.c_int, [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 5
                     kv = lib.c2_store_kv
-                    kv.restype, kv.argtypes = None, [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 14
+                    kv.restype, kv.argtypes = None, [ctypes.c_void_p] * 7 + [ctypes.c_int64] * 14
                     _LIB.update(decode=fn, experts=ex, store=kv); st["available"], st["path"] = True, str(path)
                 except (OSError, AttributeError) as e: why = f"cannot load {path}: {e}"
             st["reason"] = why
@@ -352,60 +355,77 @@ def native_off():
         with _LOCK: _LIB["off"] -= 1
 
 # %% ../nbs/04a_native.ipynb #nat012a
-def _tiled_torch(q, kt, v, mask):
-    "`tiled_decode_attention` in PyTorch: the scores of a tile are one [G, D] x [D, TILE] matmul per row and key head."
+def _pool_rows(rows, B: int, R: int, who: str) -> torch.Tensor:
+    "The pool rows a batch of B reads or writes (`rows`, default 0..B-1) as an int64 CPU tensor: B distinct rows in [0, R)."
+    r = torch.arange(B) if rows is None else torch.as_tensor(rows, dtype=torch.int64).cpu().contiguous()
+    ls = r.tolist()
+    if r.dim() != 1 or len(ls) != B or len(set(ls)) != B or any(not 0 <= x < R for x in ls):
+        raise ValueError(f"{who}: rows {ls[:8]} for a batch of {B} in a pool of {R} rows")
+    return r
+
+def _tiled_torch(q, kt, v, mask, rows=None):
+    """`tiled_decode_attention` in PyTorch (on a copy of the pool rows `rows` and their first S slots, when given): the
+    scores of a tile are one [G, D] x [D, TILE] matmul per row and key head."""
     B, H, _, D = q.shape
     Hkv, S = kt.shape[1], mask.shape[-1]
     n = -(-S // TILE)
+    if rows is not None:
+        r = torch.as_tensor(rows, device=kt.device)
+        kt, v = kt[r, :, :n], v[r, :, :S]
     s = torch.matmul((q * D ** -0.5).view(B, Hkv, 1, H // Hkv, D), kt[:, :, :n])        # [B, Hkv, tiles, G, TILE]
     s = s.transpose(2, 3).reshape(B, Hkv, H // Hkv, n * TILE)[..., :S].masked_fill(~mask, float("-inf")).softmax(-1)
     return torch.matmul(s, v[:, :, :S]).view(B, H, 1, D)
 
 # %% ../nbs/04a_native.ipynb #nat012
-def tiled_decode_attention(q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Grouped-query attention of q [B, H, 1, D] over keys in tiles kt [B, Hkv, tiles, D, TILE] and values v [B, Hkv, >= S, D]
-    under mask [B, 1, 1, S] (True: seen): [B, H, 1, D]. The native kernel where it is built and applies, else PyTorch."""
+def tiled_decode_attention(q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, rows=None) -> torch.Tensor:
+    """Grouped-query attention of q [B, H, 1, D] over the keys of a pool's rows `rows` [B] (default 0..B-1), stored in tiles
+    kt [R, Hkv, tiles, D, TILE], and their values v [R, Hkv, >= S, D], under mask [B, 1, 1, S] (True: seen): [B, H, 1, D].
+    The native kernel where it is built and applies, else PyTorch on the rows gathered."""
     B, H, T, D = q.shape
     S, Hkv = mask.shape[-1], kt.shape[1]
-    if T != 1 or mask.shape != (B, 1, 1, S) or kt.shape[2] * TILE < S or v.shape[2] < S or H % Hkv:
+    if T != 1 or mask.shape != (B, 1, 1, S) or kt.shape[2] * TILE < S or v.shape[2] < S or H % Hkv or v.shape[0] != kt.shape[0]:
         raise ValueError(f"tiled_decode_attention: q {tuple(q.shape)}, kt {tuple(kt.shape)}, v {tuple(v.shape)}, mask {tuple(mask.shape)}")
+    r = _pool_rows(rows, B, kt.shape[0], "tiled_decode_attention")
     if (any(t.dtype != torch.float32 or t.device.type != "cpu" for t in (q, kt, v))
             or (torch.is_grad_enabled() and any(t.requires_grad for t in (q, kt, v)))
             or D % 8 or kt.stride(-1) != 1 or kt.stride(-2) != TILE or v.stride(-1) != 1 or v.stride(-2) != D
-            or _LIB["off"] or not native_status()["available"]): return _tiled_torch(q, kt, v, mask)
+            or _LIB["off"] or not native_status()["available"]):
+        return _tiled_torch(q, kt, v, mask, None if rows is None and kt.shape[0] == B else r)
     q = q.contiguous()
     m = mask.reshape(B, S).contiguous().view(torch.uint8)
     out, scratch = torch.empty_like(q), torch.empty(H // Hkv * -(-S // TILE) * TILE)
-    _LIB["decode"](q.data_ptr(), kt.data_ptr(), v.data_ptr(), m.data_ptr(), out.data_ptr(), scratch.data_ptr(), B, H, Hkv, S, D,
-                   kt.stride(0), kt.stride(1), kt.stride(2), v.stride(0), v.stride(1), m.stride(0), D ** -0.5)
+    _LIB["decode"](q.data_ptr(), kt.data_ptr(), v.data_ptr(), m.data_ptr(), r.data_ptr(), out.data_ptr(), scratch.data_ptr(),
+                   B, H, Hkv, S, D, kt.stride(0), kt.stride(1), kt.stride(2), v.stride(0), v.stride(1), m.stride(0), D ** -0.5)
     return out
 
 # %% ../nbs/04a_native.ipynb #nat016
-def store_kv(kt: torch.Tensor, v: torch.Tensor, k: torch.Tensor, vals: torch.Tensor, start: torch.Tensor, n: torch.Tensor):
-    """Write a right-padded chunk's keys `k` and values `vals` [B, Hkv, C, D] into B rows of a tiled pool: token j < n[b] of
-    row b goes to slot start[b] + j of the tiles kt [B, Hkv, tiles, D, TILE] and of v [B, Hkv, slots, D]. The native
-    kernel where it applies, else PyTorch's indexed assignment (the same values)."""
+def store_kv(kt: torch.Tensor, v: torch.Tensor, k: torch.Tensor, vals: torch.Tensor, start: torch.Tensor, n: torch.Tensor,
+             rows=None):
+    """Write a right-padded chunk's keys `k` and values `vals` [B, Hkv, C, D] into a tiled pool: token j < n[b] of chunk
+    row b goes to slot start[b] + j of pool row rows[b] (default b), in the tiles kt [R, Hkv, tiles, D, TILE] and in
+    v [R, Hkv, slots, D]. The native kernel where it applies, else PyTorch's indexed assignment (the same values)."""
     B, Hkv, C, D = k.shape
-    start, n = start.to(torch.int64), n.to(torch.int64)
     s0, m = start.tolist(), n.tolist()                    # checked in Python: a decode step's B numbers, not a dozen tensor ops
-    if (vals.shape != k.shape or kt.shape[:2] != (B, Hkv) or kt.shape[3:] != (D, TILE) or v.shape[:2] != (B, Hkv)
-            or v.shape[3] != D or len(s0) != B or len(m) != B or start.dim() != 1 or n.dim() != 1
+    if (vals.shape != k.shape or kt.shape[1] != Hkv or kt.shape[3:] != (D, TILE) or v.shape[1] != Hkv or v.shape[3] != D
+            or v.shape[0] != kt.shape[0] or start.dim() != 1 or n.dim() != 1 or len(s0) != B or len(m) != B
             or any(a < 0 or not 0 <= b <= C or a + b > min(v.shape[2], kt.shape[2] * TILE) for a, b in zip(s0, m))):
         raise ValueError(f"store_kv: kt {tuple(kt.shape)}, v {tuple(v.shape)}, k {tuple(k.shape)}, values {tuple(vals.shape)}, "
                          f"start {s0}, n {m}")
+    r = _pool_rows(rows, B, kt.shape[0], "store_kv")
     if (all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (kt, v, k, vals))
             and not (torch.is_grad_enabled() and any(t.requires_grad for t in (kt, v, k, vals)))
             and kt.stride(-1) == 1 and kt.stride(-2) == TILE and v.stride(-1) == 1 and v.stride(-2) == D
             and k.stride(-1) == 1 and vals.stride(-1) == 1 and not _LIB["off"] and native_status()["available"]):
-        start, n = start.cpu().contiguous(), n.cpu().contiguous()
-        _LIB["store"](k.data_ptr(), vals.data_ptr(), kt.data_ptr(), v.data_ptr(), start.data_ptr(), n.data_ptr(), B, Hkv, D,
-                      *k.stride()[:3], *vals.stride()[:3], *kt.stride()[:3], *v.stride()[:2])
+        start, n = torch.tensor(s0, dtype=torch.int64), torch.tensor(m, dtype=torch.int64)
+        _LIB["store"](k.data_ptr(), vals.data_ptr(), kt.data_ptr(), v.data_ptr(), r.data_ptr(), start.data_ptr(), n.data_ptr(),
+                      B, Hkv, D, *k.stride()[:3], *vals.stride()[:3], *kt.stride()[:3], *v.stride()[:2])
         return
-    keep = torch.arange(C, device=k.device)[None] < n[:, None].to(k.device)
-    slots = (start[:, None].to(k.device) + torch.arange(C, device=k.device)[None])[keep]
-    rows = torch.arange(B, device=k.device)[:, None].expand(B, C)[keep]
-    kt[rows, :, slots // TILE, :, slots % TILE] = k.permute(0, 2, 1, 3)[keep]
-    v[rows, :, slots] = vals.permute(0, 2, 1, 3)[keep]
+    dev = k.device
+    keep = torch.arange(C, device=dev)[None] < n[:, None].to(dev)
+    slots = (start[:, None].to(dev) + torch.arange(C, device=dev)[None])[keep]
+    pr = r.to(dev)[:, None].expand(B, C)[keep]
+    kt[pr, :, slots // TILE, :, slots % TILE] = k.permute(0, 2, 1, 3)[keep]
+    v[pr, :, slots] = vals.permute(0, 2, 1, 3)[keep]
 
 # %% ../nbs/04a_native.ipynb #nat021
 EXPERT_ROWS = 128   # the most tokens `moe_experts` takes: above it the grouped GEMM is as fast (kernels/bench_native.py)

@@ -109,12 +109,12 @@ def bench_step(args) -> dict:
     cur = torch.randint(0, model.cfg.vocab_size, (B, 1), generator=g)
     def step():
         pool.len[:] = lens
-        with torch.no_grad(): return model(cur, cache=pool.view(0, B)).logits
+        with torch.no_grad(): return model(cur, cache=pool.view(range(B))).logits
     def off():
         with native_off(): return step()
     def attention_only():   # the experts' kernel declines every batch
         with patched(nat, "EXPERT_ROWS", 0): return step()
-    def experts_only():     # `SlotCache` attention takes the kernel's PyTorch twin
+    def experts_only():     # `SlotCache` attention takes the kernel's PyTorch twin (on its rows, gathered)
         with patched(kv, "tiled_decode_attention", nat._tiled_torch): return step()
     fns = ({"native": step, "attention_only": attention_only, "experts_only": experts_only, "torch": off}
            if native_status()["available"] else {"torch": step})
