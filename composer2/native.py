@@ -99,11 +99,9 @@ static void key_head(const float *restrict q, const float *restrict kt, const in
         for (int64_t g0 = 0; g0 < G; g0 += 3) {
             const float *qg = qs + g0 * D, *tile = kt + t * tile_stride;
             float *sg = sc + g0 * ld + s0;
-            switch (G - g0 < 3 ? G - g0 : 3) {
-                case 3: tile_scores(qg, tile, sg, ld, D, 3); break;
-                case 2: tile_scores(qg, tile, sg, ld, D, 2); break;
-                default: tile_scores(qg, tile, sg, ld, D, 1);
-            }
+            if (G - g0 >= 3) tile_scores(qg, tile, sg, ld, D, 3);   /* a constant head count at each call: unrolled */
+            else if (G - g0 == 2) tile_scores(qg, tile, sg, ld, D, 2);
+            else tile_scores(qg, tile, sg, ld, D, 1);
         }
         for (int64_t g = 0; g < G; g++)
             for (int64_t i = 0; i < TILE; i++) sc[g * ld + s0 + i] = seen[i] ? sc[g * ld + s0 + i] : -INFINITY;
@@ -134,14 +132,9 @@ static void key_head(const float *restrict q, const float *restrict kt, const in
                 const float *p = sc + g0 * ld + s0, *vt = v + s0 * D + d0;
                 float *acc = o + g0 * D + d0;
                 const int gb = G - g0 < 3 ? G - g0 : 3, nv = (D - d0) / 8 < 4 ? (D - d0) / 8 : 4;
-                switch (4 * gb + nv) {   /* constant block shapes, so that each call unrolls */
-                    case 16: tile_values(p, ld, vt, D, n, acc, 3, 4); break;  case 15: tile_values(p, ld, vt, D, n, acc, 3, 3); break;
-                    case 14: tile_values(p, ld, vt, D, n, acc, 3, 2); break;  case 13: tile_values(p, ld, vt, D, n, acc, 3, 1); break;
-                    case 12: tile_values(p, ld, vt, D, n, acc, 2, 4); break;  case 11: tile_values(p, ld, vt, D, n, acc, 2, 3); break;
-                    case 10: tile_values(p, ld, vt, D, n, acc, 2, 2); break;  case 9: tile_values(p, ld, vt, D, n, acc, 2, 1); break;
-                    case 8: tile_values(p, ld, vt, D, n, acc, 1, 4); break;   case 7: tile_values(p, ld, vt, D, n, acc, 1, 3); break;
-                    case 6: tile_values(p, ld, vt, D, n, acc, 1, 2); break;   default: tile_values(p, ld, vt, D, n, acc, 1, 1);
-                }
+                #define TV(GG, NV) case 4 * GG + NV: tile_values(p, ld, vt, D, n, acc, GG, NV); break;   /* constant shapes: unrolled */
+                switch (4 * gb + nv) { TV(3, 4) TV(3, 3) TV(3, 2) TV(3, 1) TV(2, 4) TV(2, 3) TV(2, 2) TV(2, 1) TV(1, 4) TV(1, 3) TV(1, 2) TV(1, 1) }
+                #undef TV
             }
     }
     for (int64_t g = 0; g < G; g++) for (int64_t d = 0; d < D; d++) o[g * D + d] *= inv[g];
