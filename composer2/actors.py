@@ -107,11 +107,12 @@ class RolloutWorkerImpl:
         "End `run` after the groups in progress."
         self._stop.set()
     def stats(self) -> dict:
-        "Cumulative counters: seconds the decode loop was busy, tokens sampled and fed, groups, episodes, failed episodes."
+        """Cumulative counters: seconds the decode loop was busy, tokens sampled and fed, groups, episodes, failed episodes,
+        final workspaces the judge cache answered (`judge_hits`) and those judged (`judge_misses`)."""
         ro, st = self.rollouts, self.rollouts.server.stats
         return dict(busy_s=st["busy_s"], sampled_tokens=st["sampled"], fed_tokens=st["fed"], groups=self.groups,
                     episodes=ro.episodes, errors=ro.errors, decode_rows=st["decode_rows"] / max(st["decode_steps"], 1),
-                    version=self.rx.version)
+                    judge_hits=ro.judge_cache.hits, judge_misses=ro.judge_cache.misses, version=self.rx.version)
 
     def rollout_group(self, task, n: int, version: int) -> Group:
         "`n` episodes of `task`, run concurrently with every other episode in flight; a `Group` tagged with `version`."

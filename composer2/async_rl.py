@@ -333,6 +333,8 @@ def _step_row(step: int, groups: list, m: dict, timing: dict, stats: list[dict],
         row[f"busy_worker{i}"] = (s["busy_s"] - p["busy_s"]) / dt
     row["decode_rows"] = float(np.mean([s["decode_rows"] for s in stats]))
     row["episode_errors"] = sum(s["errors"] for s in stats)
+    looked = sum(s.get(k, 0) - p.get(k, 0) for s, p in zip(stats, prev) for k in ("judge_hits", "judge_misses"))
+    row["judge_reuse"] = sum(s.get("judge_hits", 0) - p.get("judge_hits", 0) for s, p in zip(stats, prev)) / max(looked, 1)
     return row
 
 # %% ../nbs/34_async_rl.ipynb #15c032

@@ -85,8 +85,9 @@ class _Encoder:
 
 # %% ../nbs/30_episode.ipynb #19c005-4
 def run_episode(task: Task, policy, cfg: Config, sandbox_root: Path | str | None = None, data=None,
-                system_prompt: str | None = None, keep_workspace: bool = False) -> Episode:
-    """Run `policy` on `task` for up to `cfg.tasks.max_turns` turns in a fresh sandboxed workspace; judge and reward it.
+                system_prompt: str | None = None, keep_workspace: bool = False, judge_cache=None) -> Episode:
+    """Run `policy` on `task` for up to `cfg.tasks.max_turns` turns in a fresh sandboxed workspace; judge and reward it
+    (through `judge_cache`, a `composer2.judge.JudgeCache`, when given).
     Within `cfg.tasks.episode_timeout_s` of wall time (checked between turns; shell calls and the judge get only what is
     left): past it the episode stops with `stop_reason='timeout'`, unsolved. Nothing the policy writes makes it raise."""
     t0, t_mono = time.time(), time.monotonic()
@@ -119,7 +120,7 @@ def run_episode(task: Task, policy, cfg: Config, sandbox_root: Path | str | None
         diff = task_diff(task.files, final, overlay=False)
         verdict = None
         if stop != "timeout" and left() > 0:
-            verdict = judge(task, ws, sandbox, timeout=min(cfg.sandbox.timeout, left()))
+            verdict = judge(task, ws, sandbox, timeout=min(cfg.sandbox.timeout, left()), cache=judge_cache)
             if left() <= 0 and verdict.solved: verdict = None   # judged after the budget ran out: not in time
         if verdict is None: stop, out = "timeout", f"judge: the episode's budget of {budget} s ran out"
         else: out = (verdict.stdout + verdict.stderr)[-2000:]

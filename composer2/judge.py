@@ -5,17 +5,18 @@
 # %% ../nbs/25_judge.ipynb #15c002
 from __future__ import annotations
 import dataclasses, hashlib, hmac, json, os, re, secrets, threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from .config import C2Error
-from .paths import SANDBOX_WS, open_beneath, read_bytes_beneath, remove_beneath, replace_beneath
+from .paths import SANDBOX_WS, open_beneath, read_bytes_beneath, remove_beneath, replace_beneath, workspace_digest
 from .sandbox import RunResult, Sandbox
 from .workspace import make_workspace, remove_workspace
 from .tasks import Task
 from .synthetic import _RUNNER
 
 # %% auto #0
-__all__ = ['JUDGE_RUNNER', 'protected_files', 'judge_spec', 'Verdict', 'expected_tests', 'judge', 'run_tests']
+__all__ = ['JUDGE_RUNNER', 'protected_files', 'judge_spec', 'Verdict', 'expected_tests', 'JudgeCache', 'judge', 'run_tests']
 
 # %% ../nbs/25_judge.ipynb #15c005
 def protected_files(task: Task) -> list[str]:
@@ -257,12 +258,56 @@ def _clear_shadows(workspace: Path | str, rel: str):
         if n == stem or (n.startswith(stem + ".") and n.endswith(".so")):
             remove_beneath(workspace, f"{parent}/{n}" if parent else n)
 
+# %% ../nbs/25_judge.ipynb #15c005-7a
+class JudgeCache:
+    """Verdicts by task and workspace tree: a workspace whose whole tree (`workspace_digest`) was judged before, for the
+    same task in a sandbox with the same limits, gets that verdict (the same object) without a run. The judge is a function
+    of the tree it is given -- the tests restored, a fresh key, a fresh sandbox -- and the tests of the suites here are
+    deterministic, so a run would say the same (of a flaky test, the first outcome would stand). The episodes of a group
+    or of an evaluated task often leave one tree (most leave the files as given): in an evaluation of the SFT policy
+    (48 held-out tasks x 8) 384 episodes left 91 distinct trees. Not kept: runs that timed out, and trees the digest does
+    not summarise; a verdict is reused only under a timeout at least its run's wall time. At most `size` verdicts, the
+    least recently used dropped first. Thread-safe; `hits` and `misses` count the lookups."""
+    def __init__(self, size: int = 4096):
+        self.size, self._d, self._lock, self.hits, self.misses = size, OrderedDict(), threading.Lock(), 0, 0
+
+    def key(self, task: Task, workspace: Path | str, sandbox) -> str | None:
+        "The key of judging `workspace` for `task` in `sandbox`; None for a tree `workspace_digest` does not summarise."
+        try: tree = workspace_digest(workspace)
+        except (C2Error, OSError): tree = None
+        if tree is None: return None
+        limits = dataclasses.asdict(sandbox.limits) if hasattr(sandbox, "limits") else None
+        return hashlib.sha256(json.dumps([task.to_json(), limits, tree], default=str).encode()).hexdigest()
+
+    def get(self, key: str, timeout: float | None = None) -> "Verdict | None":
+        "The verdict kept under `key`, if its run took at most `timeout` seconds."
+        with self._lock:
+            v = self._d.get(key)
+            if v is None or (timeout is not None and v.run.wall_s > timeout): self.misses += 1; return None
+            self._d.move_to_end(key); self.hits += 1
+            return v
+
+    def put(self, key: str, v: "Verdict"):
+        "Keep `v` (a verdict of a run that finished)."
+        if v.run is None or v.timed_out: return
+        with self._lock:
+            self._d[key] = v; self._d.move_to_end(key)
+            while len(self._d) > self.size: self._d.popitem(last=False)
+
 # %% ../nbs/25_judge.ipynb #15c005-8
-def judge(task: Task, workspace: Path | str, sandbox, timeout: float | None = None) -> Verdict:
+def judge(task: Task, workspace: Path | str, sandbox, timeout: float | None = None, cache: JudgeCache | None = None) -> Verdict:
     """Judge `workspace`: restore the task's test files (`replace_beneath`: links, FIFOs, directories in the way are
     replaced), run the tests with `JUDGE_RUNNER` in `sandbox`, and solve only when every expected test reports a pass in
     a result authenticated by a fresh key and nothing in the test machinery was tampered with. Never raises for anything
-    the workspace holds; the exit status of the run plays no part."""
+    the workspace holds; the exit status of the run plays no part. With `cache`, a tree judged before for this task is
+    not run again (`JudgeCache`)."""
+    key = cache.key(task, workspace, sandbox) if cache is not None else None
+    if key is not None and (v := cache.get(key, timeout)) is not None: return v
+    v = _judge(task, workspace, sandbox, timeout)
+    if key is not None: cache.put(key, v)
+    return v
+
+def _judge(task: Task, workspace: Path | str, sandbox, timeout: float | None) -> Verdict:
     try: spec = judge_spec(task)
     except C2Error as e: return Verdict(False, str(e))
     try:

@@ -4,13 +4,14 @@
 
 # %% ../nbs/14_paths.ipynb #paths-12c003
 from __future__ import annotations
-import errno, os, re, shutil, stat
+import errno, hashlib, os, re, shutil, stat
 from pathlib import Path
 from .config import C2Error
 
 # %% auto #0
 __all__ = ['SANDBOX_WS', 'SANDBOX_UID', 'MAX_FILE_BYTES', 'MAX_LIST_FILES', 'safe_path', 'printable', 'open_beneath',
-           'read_bytes_beneath', 'read_beneath', 'write_beneath', 'remove_beneath', 'replace_beneath', 'list_beneath']
+           'read_bytes_beneath', 'read_beneath', 'write_beneath', 'remove_beneath', 'replace_beneath', 'list_beneath',
+           'workspace_digest']
 
 # %% ../nbs/14_paths.ipynb #12c010
 SANDBOX_WS = "/workspace"   # where the workspace appears inside the sandbox
@@ -215,3 +216,35 @@ def list_beneath(workspace: Path | str, rel: str = ".", suffixes: tuple[str, ...
                 if len(out) >= max_files: return sorted(out)
     finally: os.close(dfd)
     return sorted(out)
+
+# %% ../nbs/14_paths.ipynb #12c015
+def workspace_digest(workspace: Path | str, max_bytes: int = 8 << 20, max_entries: int = MAX_LIST_FILES) -> str | None:
+    """A sha256 of the whole tree under `workspace`, walked by descriptor (links never followed, hidden files and caches
+    included): every entry's path, type and permission bits, a regular file's bytes, a link's target. Two workspaces
+    with one digest hold the same tree. None when the tree holds anything else (a FIFO, a socket, a device) or more than
+    `max_entries` entries or `max_bytes` bytes of files: such a tree is not summarised, and the host reads no more."""
+    h, total, n = hashlib.sha256(), 0, 0
+    dfd = open_beneath(workspace, ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for top, dirs, names, tfd in os.fwalk(".", dir_fd=dfd, follow_symlinks=False):
+            dirs.sort()
+            for name in sorted(dirs + names):
+                n += 1
+                if n > max_entries: return None
+                st = os.stat(name, dir_fd=tfd, follow_symlinks=False)
+                rel = name if top == "." else f"{top[2:]}/{name}"
+                h.update(f"{rel}\0{stat.S_IFMT(st.st_mode)}\0{stat.S_IMODE(st.st_mode)}\0".encode("utf-8", "surrogateescape"))
+                if stat.S_ISLNK(st.st_mode): h.update(os.readlink(name, dir_fd=tfd).encode("utf-8", "surrogateescape"))
+                elif stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+                    if total > max_bytes: return None
+                    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=tfd)
+                    try:
+                        if not stat.S_ISREG(os.fstat(fd).st_mode): return None
+                        data = os.read(fd, st.st_size + 1)
+                    finally: os.close(fd)
+                    if len(data) != st.st_size: return None      # changed under us: not a tree to summarise
+                    h.update(hashlib.sha256(data).digest())
+                elif not stat.S_ISDIR(st.st_mode): return None
+    finally: os.close(dfd)
+    return h.hexdigest()

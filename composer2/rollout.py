@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 from .config import C2Error, Config, rl_context
 from .engine import DecodeServer, Engine, Generation, stream_key
+from .judge import JudgeCache
 from .rl import Group, Rollout, Segment
 
 log = logging.getLogger(__name__)
@@ -210,7 +211,8 @@ def injected_faults() -> dict[int, str]:
 # %% ../nbs/32_rollout.ipynb #571df343-2
 class Rollouts:
     """Agent episodes through one `DecodeServer` of `engine` (or any `server` with its interface, e.g. a Hugging Face
-    model's, `composer2.hf.HFServer`): training groups (`group`) and evaluations (`evaluate`); counts tokens and errors."""
+    model's, `composer2.hf.HFServer`): training groups (`group`) and evaluations (`evaluate`); counts tokens and errors.
+    Its episodes share one `JudgeCache`: a final workspace another episode of the task left identical is not judged again."""
     def __init__(self, engine: Engine | None, data, cfg: Config, seed: int = 0, server=None):
         self.cfg, self.data, self.seed = cfg, data, seed
         self.server = server or DecodeServer(engine, cfg.rl.temperature, seed=seed)
@@ -218,6 +220,7 @@ class Rollouts:
         self._lock = threading.Lock()
         self.sampled = self.fed = self.episodes = self.errors = self.started = 0
         self.faults = injected_faults()
+        self.judge_cache = JudgeCache()
         budget = cfg.tasks.episode_timeout_s
         # an episode checks its budget between turns, so an honest one ends soon after it; one still running at 1.1x
         # the budget (at least 10 s more) is stuck, and is abandoned as failed
@@ -232,7 +235,7 @@ class Rollouts:
         try:
             if fault == "raise": raise RuntimeError("injected fault (C2_FAULTS)")
             if fault == "hang": threading.Event().wait()
-            ro = pol.rollout(run_episode(task, pol, self.cfg, sandbox_root=self.root))
+            ro = pol.rollout(run_episode(task, pol, self.cfg, sandbox_root=self.root, judge_cache=self.judge_cache))
         except Exception as e:
             log.warning("episode of %s failed: %s", task.id, f"{type(e).__name__}: {e}"[:300])
             with self._lock: self.errors += 1
