@@ -157,8 +157,15 @@ def test_best_of_k_results(smoke):
         assert m["trend"][run]["lo"] <= m["trend"][run]["slope"] <= m["trend"][run]["hi"]
     assert m["evals"]["shuffle"][0] == m["evals"]["rl"][0] == m["evals"]["rl_replicate"][0]   # one step-0 evaluation (same weights, same streams)
     assert {c["id"] for c in res["claims"]} == {"sft_keeps_base", "sft_solves_some", "pass1_rises", "best_of_k_rises",
-                                                "train_reward_rises", "pass1_rises_replicate", "control_flat", "malformed_calls_fall", "train_reward_beats_control",
+                                                "train_reward_rises", "pass1_rises_each_run", "control_flat", "malformed_calls_fall", "train_reward_beats_control",
                                                 "train_reward_rises_vs_sft", "eval_precise"}
+    # the recipe's claims rest on the real runs together: per task their mean after RL against the shared step-0 rates
+    assert m["real_runs"] == ["rl", "rl_replicate"] and [int(k) for k in m["pooled"]] == m["ks"]
+    for k, d in m["pooled"].items():
+        assert d["lo"] <= d["mean"] <= d["hi"] and d["n"] == c.tasks.n_eval
+        assert abs(d["mean"] - (m["deltas"]["rl"][k]["mean"] + m["deltas"]["rl_replicate"][k]["mean"]) / 2) < 1e-9
+    for key in ("pooled_trend", "pooled_vs_sft"): assert m[key]["lo"] <= m[key]["slope"] <= m[key]["hi"]
+    assert next(c_ for c_ in res["claims"] if c_["id"] == "best_of_k_rises")["measured"] == min(d["mean"] for d in m["pooled"].values())
     for run in m["runs"]: assert m["malformed_trend"][run]["lo"] <= m["malformed_trend"][run]["slope"] <= m["malformed_trend"][run]["hi"]
     pt = m["paired_trend"]   # real minus control per prompt: every prompt both runs trained, each at the step the real run took it
     assert pt["prompts"] == len(pt["points"]) >= 3 and pt["lo"] <= pt["slope"] <= pt["hi"]
