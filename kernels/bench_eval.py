@@ -11,14 +11,14 @@ judge runs), the judge runs, and whether the two arms' outcomes agree episode fo
 function of the tree). Written to kernels/results/eval_<device>.json with medians and `children_cpu_ratio`
 (no_cache / cache).
 """
-import argparse, json, resource, sys, time
+import argparse, resource, sys, time
 from pathlib import Path
 import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench_rollout import device_name, result_path
+from bench_rollout import device_name, write_result
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -71,10 +71,7 @@ def main():
                wall_ratio=med["no_cache"]["wall_s"] / max(med["cache"]["wall_s"], 1e-9), date=time.strftime("%Y-%m-%d"))
     print(f"sandbox CPU without the cache / with it: {out['children_cpu_ratio']:.2f}x; all CPU {out['total_cpu_ratio']:.2f}x; "
           f"wall {out['wall_ratio']:.2f}x (one decode thread); same outcomes: {out['same_outcomes']}")
-    dest = result_path(a.out, "eval")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"-> {dest}")
+    write_result(a.out, "eval", out)
 
 if __name__ == "__main__":
     main()

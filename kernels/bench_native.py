@@ -19,14 +19,14 @@
 One torch thread (the rollout loop's). Medians of `--reps` calls, interleaved; the JSON goes to
 kernels/results/native_<device>.json.
 """
-import argparse, json, sys, time
+import argparse, sys, time
 from contextlib import contextmanager
 from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_rollout import device_name, result_path
+from bench_rollout import device_name, write_result
 
 def medians(fns: dict, reps: int) -> dict:
     "Median seconds per call of each function, interleaved so that drift hits every one alike."
@@ -161,10 +161,7 @@ def main():
     s = res["step"]
     print("decode step of the model: " + ", ".join(f"{k} {v:.2f} ms" for k, v in s["ms_per_step"].items())
           + (f": native {s['speedup']:.2f}x (logits within {s['max_abs_logit_gap']:.1e})" if "speedup" in s else ""))
-    path = result_path(args.out, "native")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(res, indent=1))
-    print(f"wrote {path}")
+    write_result(args.out, "native", res)
 
 if __name__ == "__main__":
     main()

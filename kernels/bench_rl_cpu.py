@@ -11,13 +11,13 @@ processes) at the start and the end of `--window` seconds, and stops the run. Wr
 kernels/results/rl_cpu_<device>.json: each process's share of the machine and of one core, the machine's idle share.
 Linux only; run it with nothing else running.
 """
-import argparse, json, os, signal, subprocess, sys, tempfile, time
+import argparse, os, signal, subprocess, sys, tempfile, time
 from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_rollout import device_name, result_path
+from bench_rollout import device_name, write_result
 
 def machine() -> dict:
     "Jiffies of the whole machine by kind (/proc/stat's first line)."
@@ -97,10 +97,8 @@ def main():
               + (f", {(v['children_user'] + v['children_system']) / total * os.cpu_count():.2f} of them in its children"
                  if v['children_user'] + v['children_system'] else ""))
     print(f"  idle             {kinds['idle']:.1%} of the machine; kernel (system) {kinds['system']:.1%}")
-    path = result_path(a.out, "rl_cpu")
-    path.write_text(json.dumps(dict(device=device_name(), checkpoint=str(a.checkpoint), window_s=dt, skip_s=a.skip,
-                                    jiffies=total, machine=kinds, roles=rows, overrides=ov), indent=1) + "\n")
-    print(f"written: {path}")
+    write_result(a.out, "rl_cpu", dict(device=device_name(), checkpoint=str(a.checkpoint), window_s=dt, skip_s=a.skip,
+                                       jiffies=total, machine=kinds, roles=rows, overrides=ov))
 
 if __name__ == "__main__":
     main()

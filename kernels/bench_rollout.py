@@ -18,7 +18,7 @@ The rollout part uses one torch thread, as a rollout worker does. The results ar
 kernels/results/rollout_<device>.json, with `rollout_speedup` (new / old sampled tokens/s) and `step_speedup`
 (old / new median step time).
 """
-import argparse, csv, json, os, platform, shutil, subprocess, sys, tempfile, threading, time
+import argparse, csv, json, os, platform, shutil, subprocess, sys, tempfile, time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import numpy as np
@@ -36,6 +36,14 @@ def device_name() -> str:
 def result_path(out, name: str) -> Path:
     "Where a benchmark's JSON goes: OUT/NAME_<device>-<N>-cores.json."
     return Path(out) / f"{name}_{device_name().split(' (')[0].replace(' ', '-').lower()}-{os.cpu_count()}-cores.json"
+
+def write_result(out, name: str, res: dict) -> Path:
+    "Write a benchmark's results as JSON to `result_path(out, name)` and say where."
+    path = result_path(out, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(res, indent=1) + "\n")
+    print(f"wrote {path}")
+    return path
 
 def old_checkout(dest: Path) -> Path:
     "composer2 at OLD_REV, extracted with git archive."
@@ -161,10 +169,7 @@ def main():
                   f"{s['new_pytorch']['median_step_s']:.1f}s (median of steps 2..{args.steps}): step_speedup {s['step_speedup']:.2f}x")
         res["rollout_speedup"] = r["rollout_speedup"]
         res["step_speedup"] = res.get("steps", {}).get("step_speedup")
-        path = result_path(args.out, "rollout")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(res, indent=1))
-        print(f"wrote {path}")
+        write_result(args.out, "rollout", res)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

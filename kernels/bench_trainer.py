@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from composer2.actors import build_policy
 from composer2.config import C2Error, load_config
 from composer2.rl import collate, rl_step, token_logprobs, _micro_batches
-from bench_rollout import SETTINGS, device_name, result_path
+from bench_rollout import SETTINGS, device_name, write_result
 
 def sample_groups(model, cfg, prompts: int, group: int) -> list:
     "`prompts` groups of `group` episodes of the first train tasks, every group in flight, as a rollout worker runs them."
@@ -95,10 +95,7 @@ def main():
                positions=encoded_positions(model, groups), seconds=times, median_s=med, speedup=med["whole"] / med["shared"],
                loss=loss, max_logprob_diff=diff, date=time.strftime("%Y-%m-%d"))
     print(json.dumps(out, indent=1))
-    dest = result_path(a.out, "trainer")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"-> {dest}")
+    write_result(a.out, "trainer", out)
 
 if __name__ == "__main__":
     main()
