@@ -671,6 +671,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                    'composer2.rewards.RewardBreakdown': ('rewards.html#rewardbreakdown', 'composer2/rewards.py'),
                                    'composer2.rewards.RewardBreakdown.as_dict': ( 'rewards.html#rewardbreakdown.as_dict',
                                                                                   'composer2/rewards.py'),
+                                   'composer2.rewards._ruff_memo': ('rewards.html#_ruff_memo', 'composer2/rewards.py'),
                                    'composer2.rewards._xp': ('rewards.html#_xp', 'composer2/rewards.py'),
                                    'composer2.rewards.changed_python_files': ('rewards.html#changed_python_files', 'composer2/rewards.py'),
                                    'composer2.rewards.comment_lines': ('rewards.html#comment_lines', 'composer2/rewards.py'),

@@ -83,7 +83,7 @@ def effort_penalty(effort: Effort | Mapping, weights=None, k: float = 1e-3, q: f
     return coef * length_penalty(weighted_effort(effort, weights), k, q)
 
 # %% ../nbs/22_rewards.ipynb #10c011
-import io, json, os, re, shutil, subprocess, sys, tempfile, tokenize
+import functools, io, json, os, re, shutil, subprocess, sys, tempfile, tokenize
 from collections import Counter
 from dataclasses import field
 from pathlib import Path
@@ -102,7 +102,16 @@ def ruff_path() -> str:
 
 # %% ../nbs/22_rewards.ipynb #10c011-2
 def ruff_findings(files: Mapping[str, str], select=STYLE_RULES) -> dict[str, list[dict]]:
-    "Ruff's findings {path: [{code, row, line, message}]} for {relative path: text}, checked in isolation from any config."
+    """Ruff's findings {path: [{code, row, line, message}]} for {relative path: text}, checked in isolation from any config.
+    A function of the texts and rules alone, so it is memoised (the last 4096 sets): a task's original files, and the
+    trees its episodes leave alike, are checked once rather than once per episode (two ruff processes an episode)."""
+    found = _ruff_memo(tuple(files.items()), tuple(select))
+    return {rel: [dict(f) for f in fs] for rel, fs in found.items()}   # copies: the memo's own stay as ruff gave them
+
+@functools.lru_cache(maxsize=4096)
+def _ruff_memo(items: tuple, select: tuple) -> dict[str, list[dict]]:
+    "`ruff_findings` of the files `items` ((path, text) pairs: hashable, the memo's key), one ruff process."
+    files = dict(items)
     out = {rel: [] for rel in files}
     if not files: return out
     with tempfile.TemporaryDirectory(prefix="c2-ruff-") as d:

@@ -237,7 +237,7 @@ CALL_TERMS = ("malformed", "failed")   # the reward terms a rollout cut off by t
 def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: float = 1.0, micro_tokens: int = 8192,
             norm_tokens: int | None = None, version: int | None = None, share_prefix: bool = True) -> dict:
     """One RL step on `groups` (RLConfig `cfg_rl`) by the trainer at `version`: advantages (of permuted rewards with
-    `shuffle_rewards`; negative ones scaled by `negative_weight`), truncated-IS PG loss (+ KL when `kl_coef` > 0 and a
+    `shuffle_rewards`; negative ones scaled by `negative_weight`, positive ones by `positive_weight`), truncated-IS PG loss (+ KL when `kl_coef` > 0 and a
     `ref_model`), Adam, router biases only with `update_router_bias`. Returns the step's metrics: loss parts, grad_norm,
     zero_signal_groups, adv_abs_mean, entropy, kl_init (NaN without `ref_model`), and the mismatch with and without
     replay: the trained routing mode's over all segments, the other mode's (a metric-only forward) over a subsample of at
@@ -260,7 +260,7 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
             cut = cfg_rl.overlong_mask and r.truncated
             if cut and cfg_rl.overlong_penalties:   # its outcome is unknown; the calls it made so far are not
                 a = min(pa, 0.0) if cfg_rl.overlong_clip else pa   # (clipped: running out of turns is never a gain)
-            a = float(a * cfg_rl.negative_weight if a < 0 else a)
+            a = float(a * (cfg_rl.negative_weight if a < 0 else cfg_rl.positive_weight))
             advs.append(a)
             if cut and not cfg_rl.overlong_penalties: continue
             rows += [(s, a, r.n_sampled, gi) for s in r.segments if s.n_sampled]

@@ -264,15 +264,17 @@ class Rollouts:
         return Group(task.id, [ro for ro in ros if ro is not None], start_version=version, worker=worker,
                      seconds=time.perf_counter() - t0, bucket=str(task.meta.get("kind", "")))
 
-    def evaluate(self, tasks: list, k: int, concurrency: int = 64, on_progress=None, *, seed: int) -> list[dict]:
-        """`k` episodes of each task, `concurrency` at a time: per task the outcomes, rewards, turns, summaries, `tokens` (all
-        sampled) and per episode `sampled`, `prefill` and `summary_prefill` (`Rollout`) (a failed episode counts as unsolved,
-        reward 0, no tokens). Sample j of a task draws from the stream (eval, `seed`, task, j) -- `seed` is asked for
-        by name, as an RL run evaluates with `rl.eval_seed` and `c2 tasks eval` with its `--seed` --, so any two
-        evaluations with the same seed -- of one policy or of two, on one worker or split over several -- are paired by
-        common random numbers. `on_progress(episodes done)` as in `map_abandoning`."""
+    def evaluate(self, tasks: list, k: int, concurrency: int | None = None, on_progress=None, *, seed: int) -> list[dict]:
+        """`k` episodes of each task, `concurrency` (default `rl.eval_concurrency`) at a time: per task the outcomes,
+        rewards, turns, summaries, `tokens` (all sampled) and per episode `sampled`, `prefill` and `summary_prefill`
+        (`Rollout`) (a failed episode counts as unsolved, reward 0, no tokens). Sample j of a task draws from the stream
+        (eval, `seed`, task, j) -- `seed` is asked for by name, as an RL run evaluates with `rl.eval_seed` and
+        `c2 tasks eval` with its `--seed` --, so any two evaluations with the same seed -- of one policy or of two, on
+        one worker or split over several, at any concurrency -- are paired by common random numbers.
+        `on_progress(episodes done)` as in `map_abandoning`."""
         jobs = [t for t in tasks for _ in range(k)]
-        ros = self._run(jobs, concurrency, [stream_key("eval", seed, t.id, j) for t in tasks for j in range(k)], on_progress)
+        streams = [stream_key("eval", seed, t.id, j) for t in tasks for j in range(k)]
+        ros = self._run(jobs, concurrency or self.cfg.rl.eval_concurrency, streams, on_progress)
         out = []
         for i, t in enumerate(tasks):
             rs = ros[i * k:(i + 1) * k]
