@@ -12,7 +12,7 @@ from .model import MoETransformer
 
 # %% auto #0
 __all__ = ['Generation', 'SpecStats', 'sampling_probs', 'stream_key', 'stream_uniforms', 'sample_tokens', 'Engine',
-           'DecodeServer']
+           'length_buckets', 'DecodeServer']
 
 # %% ../nbs/06_engine.ipynb #03c005
 @dataclass
@@ -243,6 +243,16 @@ class _Request:
     done: threading.Event = field(default_factory=threading.Event)
     out: object = None
 
+# %% ../nbs/06_engine.ipynb #21066cb8-b1
+def length_buckets(lengths: list[int], floor: int = 32) -> list[list[int]]:
+    """Indices of `lengths` grouped so that each group's longest is less than twice its shortest (all lengths up to
+    `floor` in one group: padding a few tokens costs less than another forward). A prefill batch pads every chunk to
+    its longest, and its attention and projections pay for the padding: one new 700-token context among fifty
+    20-token tool results would make the step ~20x its work."""
+    groups, shift = {}, (floor - 1).bit_length()
+    for i, n in enumerate(lengths): groups.setdefault(max(0, (max(n, 1) - 1).bit_length() - shift), []).append(i)
+    return [groups[k] for k in sorted(groups)]
+
 # %% ../nbs/06_engine.ipynb #21066cb8-1
 class DecodeServer:
     """Continuous batching for agent rollouts: every sequence in flight (one per episode) shares one decode loop, run
@@ -256,12 +266,15 @@ class DecodeServer:
     A new context (a first request, or one with `reset`) starts from the cache of the longest prefix it shares with one
     of the last `prefixes` new contexts encoded under the current weights (a group's episodes share their prompt) and
     encodes only the rest; reused positions report the routing and version they were encoded with.
+    The new tokens of the requests admitted together are encoded in one forward per `length_buckets` group (all chunks
+    up to `prefill_floor` tokens in one), so a long new context does not pad every short tool result to its length.
     The loop thread computes with `threads` intra-op CPU threads (default 1): on a 2-core CPU a two-thread OpenMP team
     driven from a thread other than the main one made a batch-32 decode step of the cpu-scale model ~3x slower (12 ms
     against 4 ms), while one thread there is as fast as two on the main thread (`kernels/bench_hf_decode.py`)."""
     def __init__(self, engine: Engine, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, rows: int = 16,
-                 prefill_tokens: int = 8192, threads: int | None = 1, prefixes: int = 64):
+                 prefill_tokens: int = 8192, threads: int | None = 1, prefixes: int = 64, prefill_floor: int = 32):
         self.engine, self.T, self.top_p, self.prefill_tokens, self.threads = engine, temperature, top_p, prefill_tokens, threads
+        self.prefill_floor = prefill_floor                # length_buckets' floor (huge: one padded forward per admission)
         self.prefixes, self.max_prefixes = {}, prefixes   # new contexts: bytes -> (version, tokens, keys, values, experts)
         self.seed = seed
         self.stream: dict[int, list[int]] = {}            # sequence id -> [stream key, draws so far]
@@ -388,22 +401,31 @@ class DecodeServer:
         rows = self._rows(take)
         skip = [self._reuse(r, row) if f else 0 for r, row, f in zip(take, rows, fresh)]
         feed = [r.new[s:] for r, s in zip(take, skip)]
-        C = max(len(f) for f in feed)
-        dev = self.pool.len.device
-        idx = torch.zeros(len(take), C, dtype=torch.long, device=dev)
+        logits = [None] * len(take)
+        for part in length_buckets([len(f) for f in feed], self.prefill_floor):   # a chunk padded to its bucket's longest
+            out = self._prefill([take[i] for i in part], [rows[i] for i in part], [feed[i] for i in part],
+                                [fresh[i] for i in part])
+            for j, i in enumerate(part): logits[i] = out[j]
+        self.stats["fed"] += sum(map(len, feed)); self.stats["reused"] += sum(skip)
+        tok, lp = sample_tokens(torch.stack(logits), self.T, self.top_p, u=self._uniforms(take))
+        fin = self._record(take, tok, lp)
+        self._retire([lo + i for i in fin])
+
+    def _prefill(self, reqs: list[_Request], rows: list[int], feed: list[list[int]], fresh: list[bool]) -> torch.Tensor:
+        "Feed each request its tokens `feed` after its row's cache, in one forward; the logits [B, V] at each one's last token."
+        C, dev = max(len(f) for f in feed), self.pool.len.device
+        idx = torch.zeros(len(reqs), C, dtype=torch.long, device=dev)
         n = torch.tensor([len(f) for f in feed], device=dev)
         valid = torch.arange(C, device=dev)[None] < n[:, None]
         for i, f in enumerate(feed): idx[i, :len(f)] = torch.tensor(f)
         last = valid & (torch.arange(C, device=dev)[None] == (n - 1)[:, None])
         out = self.engine.model(idx, valid=valid, cache=self.pool.view(rows), capture=True, logits_at=last)
         v = self.engine.version
-        for i, (r, f) in enumerate(zip(take, feed)):
+        for i, (r, f) in enumerate(zip(reqs, feed)):
             r.experts.append(out.experts[i, :len(f)]); r.fed_versions += [v] * len(f)
             if fresh[i]: self._store(r, rows[i])
-        self.stats["fed"] += int(n.sum()); self.stats["reused"] += sum(skip); self.stats["prefills"] += 1
-        tok, lp = sample_tokens(out.logits, self.T, self.top_p, u=self._uniforms(take))
-        fin = self._record(take, tok, lp)
-        self._retire([lo + i for i in fin])
+        self.stats["prefills"] += 1
+        return out.logits
 
     def _decode(self):
         "One decode step over every active row."
