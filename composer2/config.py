@@ -34,7 +34,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError: return True
     return True
 
-# %% ../nbs/00_config.ipynb #69a0fc6a-1
 def atomic_write(path: Path | str, data):
     """Write `data` (str, bytes, or a function writing to a binary file, e.g. `lambda f: torch.save(obj, f)`) to `path`
     through a temporary file in the same folder, fsynced, then renamed over it: a kill or a full disk leaves the old
@@ -299,9 +298,7 @@ class RLConfig:
                                         "with vs without replay) and, without a KL loss, the reference (kl_init); 0 skips them")
     negative_weight: float = opt(1.0, lo=0.0, hi=1.0, doc="scale of the negative advantages: 1 is Dr. GRPO as is; 0 trains only on "
                                                            "rollouts better than their group's mean (on-policy rejection-sampling fine-tuning)")
-    positive_weight: float = opt(1.0, lo=0.0, hi=1.0, doc="scale of the positive advantages: 1 is Dr. GRPO as is; below 1 "
-                                                           "reinforces less what the policy already solves and keeps more of its "
-                                                           "spread (W-REINFORCE, Zhu et al. 2025, used 0.1)")
+    positive_weight: float = opt(1.0, lo=0.0, hi=1.0, doc="scale of the positive advantages: 1 is Dr. GRPO as is (W-REINFORCE, Zhu et al. 2025: 0.1)")
     shuffle_rewards: bool = opt(False, doc="control run: permute the rewards among all rollouts of each step (seeded by rl.seed "
                                            "and the step) before the advantages, so the run shows what noise alone does")
     summary: str = opt("self", choices=["self", "prompt", "truncate"], doc="what happens when the context fills")
@@ -310,8 +307,7 @@ class RLConfig:
     eval_every: int = opt(10, lo=1)
     eval_at_start: bool = opt(True, doc="evaluate the initial weights at step 0 (off: a run whose step-0 evaluation another run already made, same weights and sampling streams)")
     eval_k: int = opt(8, lo=1, doc="samples per eval prompt for pass@1 and best-of-K")
-    eval_concurrency: int = opt(256, lo=1, doc="held-out episodes in flight per evaluating process: one decode loop runs them "
-                                               "all, and a step over more rows costs less per row (kernels/bench_eval.py)")
+    eval_concurrency: int = opt(256, lo=1, doc="held-out episodes in flight per evaluating process (one decode loop runs them all)")
     max_new_tokens: int = opt(128, lo=1, doc="tokens per assistant turn (and per summary)")
     max_seq_len: int = opt(0, lo=0, doc="context length of a rollout segment; 0 means model.max_seq_len")
     temperature: float = opt(1.0, lo=0.0, doc="sampling temperature of rollouts and evaluation")
@@ -375,7 +371,6 @@ def repo_root() -> Path:
     import composer2  # by module, not __file__, so this also works inside the notebooks
     return Path(composer2.__file__).resolve().parents[1]
 
-# %% ../nbs/00_config.ipynb #00c011-1
 def scales_dir() -> Path:
     "Where the named scales live: `$C2_SCALES`, else `nbs/scales` of the checkout."
     return Path(os.environ.get("C2_SCALES", repo_root() / "nbs" / "scales"))

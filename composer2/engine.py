@@ -25,7 +25,6 @@ class Generation:
     stop_reason: str         # "stop" (a stop token was produced) or "length"
     fed_versions: list[int] | None = None   # `DecodeServer`: weight version that encoded each fed position
 
-# %% ../nbs/06_engine.ipynb #03c005-1
 @dataclass
 class SpecStats:
     "Speculative-decoding counters."
@@ -39,7 +38,6 @@ class SpecStats:
     @property
     def tokens_per_forward(self) -> float: return self.emitted / max(self.row_rounds, 1)
 
-# %% ../nbs/06_engine.ipynb #03c005-2
 def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
     "The distribution tokens are drawn from: one-hot argmax at temperature 0, else softmax(logits/T) cut to top-p."
     if temperature == 0:
@@ -100,7 +98,6 @@ def _last_valid(valid: torch.Tensor, n: int):
     idx = torch.where(valid, ar, -1).sort(1).values[:, -n:]
     return idx.clamp(min=0), idx >= 0
 
-# %% ../nbs/06_engine.ipynb #03c007-1
 class Engine:
     "Batched sampler over a `MoETransformer` with a KV cache, speculative decoding and in-flight weight updates."
     def __init__(self, model: MoETransformer, version: int = 0, draft_window: int = 8):
@@ -118,8 +115,7 @@ class Engine:
             self._pending = None
         self.model.load_state_dict(sd)
 
-    def _draw(self, probs, gen):
-        return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    def _draw(self, probs, gen): return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 1.0,
@@ -243,12 +239,9 @@ class _Request:
     done: threading.Event = field(default_factory=threading.Event)
     out: object = None
 
-# %% ../nbs/06_engine.ipynb #21066cb8-b1
 def length_buckets(lengths: list[int], floor: int = 32) -> list[list[int]]:
-    """Indices of `lengths` grouped so that each group's longest is less than twice its shortest (all lengths up to
-    `floor` in one group: padding a few tokens costs less than another forward). A prefill batch pads every chunk to
-    its longest, and its attention and projections pay for the padding: one new 700-token context among fifty
-    20-token tool results would make the step ~20x its work."""
+    """Indices of `lengths` grouped so that each group's longest is under twice its shortest (all up to `floor` in one):
+    a prefill forward pads every chunk to its longest, so one 700-token context would make fifty 20-token ones ~20x."""
     groups, shift = {}, (floor - 1).bit_length()
     for i, n in enumerate(lengths): groups.setdefault(max(0, (max(n, 1) - 1).bit_length() - shift), []).append(i)
     return [groups[k] for k in sorted(groups)]
@@ -266,17 +259,15 @@ class DecodeServer:
     A new context (a first request, or one with `reset`) starts from the cache of the longest prefix it shares with one
     of the last `prefixes` new contexts encoded under the current weights (a group's episodes share their prompt) and
     encodes only the rest; reused positions report the routing and version they were encoded with.
-    The new tokens of the requests admitted together are encoded in one forward per `length_buckets` group (all chunks
-    up to `prefill_floor` tokens in one), so a long new context does not pad every short tool result to its length.
+    Requests admitted together are encoded one forward per `length_buckets` group (floor `prefill_floor`) to bound padding.
     The loop thread computes with `threads` intra-op CPU threads (default 1): on a 2-core CPU a two-thread OpenMP team
     driven from a thread other than the main one made a batch-32 decode step of the cpu-scale model ~3x slower (12 ms
     against 4 ms), while one thread there is as fast as two on the main thread (`kernels/bench_hf_decode.py`)."""
     def __init__(self, engine: Engine, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, rows: int = 16,
                  prefill_tokens: int = 8192, threads: int | None = 1, prefixes: int = 64, prefill_floor: int = 32):
         self.engine, self.T, self.top_p, self.prefill_tokens, self.threads = engine, temperature, top_p, prefill_tokens, threads
-        self.prefill_floor = prefill_floor                # length_buckets' floor (huge: one padded forward per admission)
         self.prefixes, self.max_prefixes = {}, prefixes   # new contexts: bytes -> (version, tokens, keys, values, experts)
-        self.seed = seed
+        self.seed, self.prefill_floor = seed, prefill_floor   # prefill_floor huge: one padded forward per admission
         self.stream: dict[int, list[int]] = {}            # sequence id -> [stream key, draws so far]
         self.pool = engine.model.new_cache(rows, capacity=128, slots=True)
         self.seq_at: list[int | None] = [None] * rows     # row -> sequence id
@@ -342,8 +333,7 @@ class DecodeServer:
 
     def _finish(self, req: _Request):
         stop = "stop" if req.tokens[-1] in req.stop else "length"
-        ex = torch.cat(req.experts)
-        req.out = Generation(req.tokens, req.logprobs, req.versions, ex, stop, req.fed_versions)
+        req.out = Generation(req.tokens, req.logprobs, req.versions, torch.cat(req.experts), stop, req.fed_versions)
         req.done.set()
 
     def _retire(self, idx: list[int]):
@@ -400,11 +390,9 @@ class DecodeServer:
         fresh = [self._place(r) for r in take]
         rows = self._rows(take)
         skip = [self._reuse(r, row) if f else 0 for r, row, f in zip(take, rows, fresh)]
-        feed = [r.new[s:] for r, s in zip(take, skip)]
-        logits = [None] * len(take)
+        feed, logits = [r.new[s:] for r, s in zip(take, skip)], [None] * len(take)
         for part in length_buckets([len(f) for f in feed], self.prefill_floor):   # a chunk padded to its bucket's longest
-            out = self._prefill([take[i] for i in part], [rows[i] for i in part], [feed[i] for i in part],
-                                [fresh[i] for i in part])
+            out = self._prefill(*([x[i] for i in part] for x in (take, rows, feed, fresh)))
             for j, i in enumerate(part): logits[i] = out[j]
         self.stats["fed"] += sum(map(len, feed)); self.stats["reused"] += sum(skip)
         tok, lp = sample_tokens(torch.stack(logits), self.T, self.top_p, u=self._uniforms(take))
