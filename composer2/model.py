@@ -265,14 +265,15 @@ class MoETransformer(nn.Module):
         if capture: experts = torch.stack(experts, 2) if experts else idx.new_zeros(B, T, 0, self.cfg.top_k)
         return ModelOutput(logits, x, experts if capture else None, aux, n_fb)
 
-    def mtp_logits(self, hidden, idx, valid=None) -> list[torch.Tensor]:
-        "Training-time MTP: depth k's logits [B, T-k, V] at position i predict idx[i+k+1] (targets beyond T come from y)."
+    def mtp_logits(self, hidden, idx, valid=None, logits_at=None) -> list[torch.Tensor]:
+        """Training-time MTP: depth k's logits [B, T-k, V] at position i predict idx[i+k+1] (targets beyond T come from y).
+        `logits_at` [B, T] (bool), as in `forward`: depth k's head runs only where `logits_at[:, k:]` is set ([N_k, V])."""
         out, h = [], hidden
         for k, mod in enumerate(self.mtp, start=1):
             L = idx.shape[1] - k
             if L <= 0: break
             h, hn = mod(h[:, :L], self.embed(idx[:, k:k + L]), None if valid is None else valid[:, k:k + L])
-            out.append(self.head(hn))
+            out.append(self.head(hn if logits_at is None else hn[logits_at[:, k:k + L]]))
         return out
 
     def update_router_biases(self):
@@ -293,24 +294,28 @@ class MoETransformer(nn.Module):
 # %% ../nbs/05_model.ipynb #02c026
 def training_loss(model: MoETransformer, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None,
                   with_mtp: bool = True, out: ModelOutput | None = None) -> dict:
-    """x, y [B, T] (y = x shifted by one); mask [B, T] weights the positions that count. `with_mtp=False` skips the MTP
-    modules; `out` reuses a forward already done (e.g. under no_grad for a frozen trunk). Returns the loss and its parts."""
+    """x, y [B, T] (y = x shifted by one); mask [B, T] weights the positions that count (default: all). The vocabulary
+    heads, main and MTP, run only where the mask is not 0 (`logits_at`). `with_mtp=False` skips the MTP modules; `out`
+    reuses a forward already done with `logits_at=mask != 0` (e.g. under no_grad for a frozen trunk). Returns the loss
+    and its parts."""
     c = model.cfg
-    out = model(x) if out is None else out
     m = torch.ones_like(y, dtype=torch.float32) if mask is None else mask.float()
+    at = m != 0
+    out = model(x, logits_at=at) if out is None else out   # logits [N, V]: the N positions of `at`, row-major
     avg = lambda t, w: (t * w).sum() / w.sum().clamp_min(1)
-    lm = avg(F.cross_entropy(out.logits.flatten(0, 1).float(), y.flatten(), reduction="none").view_as(y), m)
+    lm = avg(F.cross_entropy(out.logits.float(), y[at], reduction="none"), m[at])
     parts = dict(lm=lm, aux=out.aux_loss * c.aux_loss_coef)
+    col = at.nonzero()[:, 1]   # the position of each row of out.logits
     mtp_losses = []
-    for k, lg in enumerate(model.mtp_logits(out.hidden, x) if with_mtp else [], start=1):
-        L = lg.shape[1]
+    for k, lg in enumerate(model.mtp_logits(out.hidden, x, logits_at=at) if with_mtp else [], start=1):
+        ak = at[:, k:]   # depth k at position i predicts what the main head at i + k does
         logq = lg.float().log_softmax(-1)
         if c.mtp_loss == "distill":
-            logp = out.logits[:, k:k + L].detach().float().log_softmax(-1)
+            logp = out.logits[col >= k].detach().float().log_softmax(-1)
             per = (logp.exp() * (logp - logq)).sum(-1)
         else:
-            per = -logq.gather(-1, y[:, k:k + L, None]).squeeze(-1)
-        mtp_losses.append(avg(per, m[:, k:k + L]))
+            per = -logq.gather(-1, y[:, k:][ak][:, None]).squeeze(-1)
+        mtp_losses.append(avg(per, m[:, k:][ak]))
     parts["mtp"] = torch.stack(mtp_losses).mean() if mtp_losses else torch.zeros((), device=x.device)
     parts["loss"] = parts["lm"] + parts["aux"] + c.mtp_loss_coef * parts["mtp"]
     return parts

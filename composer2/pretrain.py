@@ -218,7 +218,7 @@ class PretrainModule(L.LightningModule):
         if self.plan.train_trunk:
             parts = training_loss(self.model, x, y, m, with_mtp=self.plan.train_mtp)
         else:   # frozen trunk: only the MTP modules learn, from the detached trunk
-            with torch.no_grad(): out = self.model(x)
+            with torch.no_grad(): out = self.model(x, logits_at=m != 0)   # the positions training_loss reads
             parts = training_loss(self.model, x, y, m, out=out)
             parts["loss"] = parts["mtp"]
         log = dict(loss=parts["loss"], lm=parts["lm"], mtp=parts["mtp"])
