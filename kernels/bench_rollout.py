@@ -45,10 +45,10 @@ def write_result(out, name: str, res: dict) -> Path:
     print(f"wrote {path}")
     return path
 
-def old_checkout(dest: Path) -> Path:
-    "composer2 at OLD_REV, extracted with git archive."
+def old_checkout(dest: Path, rev: str = OLD_REV) -> Path:
+    "composer2 at `rev` (default OLD_REV), extracted with git archive."
     dest.mkdir(parents=True, exist_ok=True)
-    arch = subprocess.run(["git", "-C", str(ROOT), "archive", OLD_REV, "composer2"], capture_output=True, check=True).stdout
+    arch = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "composer2"], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=arch, check=True)
     return dest
 

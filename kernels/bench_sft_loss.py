@@ -63,11 +63,9 @@ def main():
     if a.arm: return arm(a.arm)   # composer2 from PYTHONPATH: this checkout or OLD_REV's
     sys.path.insert(0, str(ROOT))
     import numpy as np, torch
-    from bench_rollout import device_name, write_result
+    from bench_rollout import device_name, old_checkout, write_result
     work = Path(tempfile.mkdtemp(prefix="bench_sft_loss-"))
-    old = work / "old"; old.mkdir()
-    arch = subprocess.run(["git", "-C", str(ROOT), "archive", OLD_REV, "composer2"], capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(old)], input=arch, check=True)
+    old = old_checkout(work / "old", OLD_REV)
     res = dict(device=device_name(), torch=torch.__version__, threads=torch.get_num_threads(), old_rev=OLD_REV,
                steps=a.steps, repeats=a.repeats, studies={})
     for study in STUDIES:
