@@ -234,6 +234,8 @@ class SandboxConfig:
     seccomp: bool = opt(True, doc="deny keyrings, io_uring, ptrace, bpf, mount... (a seccomp filter; needs libseccomp)")
     max_output: int = opt(16384, lo=64, doc="characters kept of stdout and of stderr each")
     workers: int = opt(8, lo=1, doc="sandboxes a pool runs concurrently")
+    max_running: int = opt(0, lo=0, doc="commands a process runs at once, all its sandboxes; 0 = 2 x CPU cores")
+    total_memory_mb: int = opt(0, lo=0, doc="memory of all a process's running commands; 0 = max_running x memory_mb")
 
 # %% ../nbs/00_config.ipynb #00c007-7
 @dataclass
@@ -375,7 +377,6 @@ def scales_dir() -> Path:
     "Where the named scales live: `$C2_SCALES`, else `nbs/scales` of the checkout."
     return Path(os.environ.get("C2_SCALES", repo_root() / "nbs" / "scales"))
 
-# %% ../nbs/00_config.ipynb #00c011-2
 def available_scales() -> list[str]:
     "Names of the scale files."
     return sorted(p.stem for p in scales_dir().glob("*.yaml"))
@@ -389,7 +390,6 @@ def _node(key: str):
         node = getattr(node, part)
     return node
 
-# %% ../nbs/00_config.ipynb #00c011-4
 _TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 # %% ../nbs/00_config.ipynb #00c011-5

@@ -93,13 +93,14 @@ class DocsIndex:
         for i, c in enumerate(self.tf):
             for w in c: self.postings.setdefault(w, []).append(i)
 
-    def search(self, query: str, k: int = 5) -> list[DocEntry]:
-        "The `k` best entries for `query` (none when no word of it is indexed)."
+    def search(self, query: str, k: int = 5, skip: frozenset[str] = frozenset()) -> list[DocEntry]:
+        "The `k` best entries for `query` (none when no word of it is indexed), leaving out those defined in a `skip` path."
         scores: Counter = Counter()
         for w in set(doc_words(query)):
             idf = self.idf.get(w)
             if idf is None: continue
             for i in self.postings[w]:
+                if self.entries[i].path in skip: continue
                 f = self.tf[i][w]
                 scores[i] += idf * f * (self.k1 + 1) / (f + self.k1 * (1 - self.b + self.b * self.len[i] / self.avg))
         return [self.entries[i] for i, _ in scores.most_common(k)]
@@ -119,7 +120,10 @@ def docs_index() -> DocsIndex:
             _INDEX["seconds"] = time.time() - t0
         return _INDEX["stdlib"]
 
-def docs_search(query: str, k: int = 5) -> str:
-    "What the `docs_search` tool returns: the `k` best cited snippets for `query`, or a line saying there are none."
-    hits = docs_index().search(query, k)
+def docs_search(query: str, k: int = 5, hidden=()) -> str:
+    """What the `docs_search` tool returns: the `k` best cited snippets for `query`, or a line saying there are none.
+    Nothing read from a file of `hidden` (the sandbox's `hidden`: the system's copies of the task's own modules)."""
+    root = stdlib_dir()
+    skip = frozenset(str(Path(p).relative_to(root)) for p in hidden if Path(p).is_relative_to(root))
+    hits = docs_index().search(query, k, skip)
     return "\n".join(map(str, hits)) if hits else f"no documentation matches {query!r}"

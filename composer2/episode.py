@@ -4,7 +4,7 @@
 
 # %% ../nbs/30_episode.ipynb #19c002
 from __future__ import annotations
-import time
+import logging, tempfile, time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -20,6 +20,8 @@ from .suites import load_suite
 from .tasks import Task, estimate_tokens, lines_changed, task_diff
 from .protocol import Transcript, make_system_prompt
 from .tools import Toolbox
+
+_log = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['read_workspace', 'Episode', 'run_episode', 'run_episodes', 'oracle_transcripts']
@@ -49,6 +51,7 @@ class Episode:
     solved: bool
     turns: int
     stop_reason: str                  # finish | no_calls | max_turns | timeout (the episode's wall-clock budget ran out)
+                                      # | error (the host failed at what the policy did: test_output says how)
     turn_texts: list[str]             # each assistant turn as the policy wrote it
     context_tokens: list[int]         # prompt tokens before each turn (with a tokenizer; else estimates)
     effort: Effort
@@ -58,7 +61,7 @@ class Episode:
     lines_changed: int
     test_output: str                  # the tail of the test run, then the judge's reason
     wall_s: float
-    verdict: Verdict | None = None    # the judge's decision (None when the budget ran out before judging)
+    verdict: Verdict | None = None    # the judge's decision (None when the budget ran out before judging, or on error)
 
     def render(self, data) -> tuple[list[int], list[int]]:
         "The token ids and loss mask of the transcript (the model's own tokens have mask 1)."
@@ -83,13 +86,60 @@ class _Encoder:
     def __init__(self, count): self.count = count
     def encode(self, text: str) -> range: return range(self.count(text))
 
+# %% ../nbs/30_episode.ipynb #19c005-3a
+class _PolicyError(Exception):
+    "What the policy object itself raised (`start`, `act`: an engine's fault), carried out of `run_episode` as it was."
+
+# %% ../nbs/30_episode.ipynb #19c005-3b
+def _policy(fn, *args):
+    "`fn(*args)`, a call of the policy's own: what it raises is the policy's, not the episode's (`_PolicyError`)."
+    try: return fn(*args)
+    except Exception as e: raise _PolicyError() from e
+
+# %% ../nbs/30_episode.ipynb #19c005-3c
+def _changes(files: dict[str, str], final: dict[str, str] | None) -> tuple[list[str], str, int]:
+    "The paths that differ, the unified diff and the lines changed from `files` to `final` (none when it was not read)."
+    if final is None: return [], "", 0
+    changed = sorted(p for p in set(final) | set(files) if final.get(p) != files.get(p))
+    return changed, task_diff(files, final, overlay=False), lines_changed(files, final, overlay=False)
+
+# %% ../nbs/30_episode.ipynb #19c005-3d
+def _one_line(e: BaseException) -> str:
+    "`Type: the first line of the message` of `e`, printable, at most 300 characters."
+    lines = str(e).strip().splitlines()
+    return printable(f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__)[:300]
+
+# %% ../nbs/30_episode.ipynb #19c005-3e
+def _failed_episode(task: Task, tr: Transcript, tb: Toolbox, texts: list[str], ctx: list[int], final: dict | None,
+                    ws: Path, cfg: Config, count, t0: float, err: Exception) -> Episode:
+    """The episode that `err` ended, an error the host raised at what the policy did (in a tool, the final read, the
+    judge, the reward): unsolved, `stop_reason='error'`, the error's line in `test_output`, and the reward of an
+    unsolved episode with these calls and this effort (without the workspace's terms if even it cannot be read)."""
+    try: effort = rewards.effort_from_transcript(tr, tb, _Encoder(count))
+    except Exception: effort = Effort()
+    try: reward = rewards.compute_reward(False, tb, ws, effort, cfg.reward, task.files)
+    except Exception:
+        with tempfile.TemporaryDirectory() as empty:
+            reward = rewards.compute_reward(False, tb, empty, effort, cfg.reward, {})
+    changed, diff, n = _changes(task.files, final)
+    return Episode(task, tr, tb, False, len(texts), "error", texts, ctx, effort, reward, changed, diff, n,
+                   f"error: {_one_line(err)}", time.time() - t0, None)
+
+# %% ../nbs/30_episode.ipynb #19c005-3f
+def _remove(ws: Path):
+    "Remove the episode's workspace; a failure is logged (the process's workspace root goes at exit), never raised."
+    try: remove_workspace(ws)
+    except Exception as e: _log.warning("could not remove the workspace %s: %s", ws, _one_line(e))
+
 # %% ../nbs/30_episode.ipynb #19c005-4
 def run_episode(task: Task, policy, cfg: Config, sandbox_root: Path | str | None = None, data=None,
                 system_prompt: str | None = None, keep_workspace: bool = False, judge_cache=None) -> Episode:
     """Run `policy` on `task` for up to `cfg.tasks.max_turns` turns in a fresh sandboxed workspace; judge and reward it
     (through `judge_cache`, a `composer2.judge.JudgeCache`, when given).
     Within `cfg.tasks.episode_timeout_s` of wall time (checked between turns; shell calls and the judge get only what is
-    left): past it the episode stops with `stop_reason='timeout'`, unsolved. Nothing the policy writes makes it raise."""
+    left): past it the episode stops with `stop_reason='timeout'`, unsolved. Nothing the policy writes makes it raise:
+    an error it provokes on the host ends the episode unsolved with `stop_reason='error'` (`_failed_episode`). What
+    still raises: a workspace or sandbox that cannot be made, and the policy object's own errors (`start` or `act`)."""
     t0, t_mono = time.time(), time.monotonic()
     budget = cfg.tasks.episode_timeout_s
     deadline = t_mono + budget if budget and budget > 0 else None
@@ -101,36 +151,46 @@ def run_episode(task: Task, policy, cfg: Config, sandbox_root: Path | str | None
         prompt = system_prompt if system_prompt is not None else make_system_prompt(["docs_search"] if cfg.tasks.docs_search else [])
         tr = Transcript().add("system", prompt).add("user", task.prompt)
         count = _token_counter(data)
-        if hasattr(policy, "start"): policy.start(task, tb)
-        texts, ctx, stop = [], [], "max_turns"
-        for _ in range(cfg.tasks.max_turns):
-            if left() <= 0: stop = "timeout"; break
-            ctx.append(len(tr.render(data, generation_prompt=True)[0]) if data is not None
-                       else sum(count(m.text) + 2 for m in tr) + 1)
-            text = policy.act(tr, tb)
-            texts.append(text)
-            tr.add("assistant", text)
-            if left() <= 0: stop = "timeout"; break   # the turn took the rest of the budget: its calls do not run
-            results = tb.step(text)
-            tr.add_results(results)
-            if tb.finished: stop = "finish"; break
-            if not results: stop = "no_calls"; break
-        final = read_workspace(ws)
-        changed = sorted(p for p in set(final) | set(task.files) if final.get(p) != task.files.get(p))
-        diff = task_diff(task.files, final, overlay=False)
-        verdict = None
-        if stop != "timeout" and left() > 0:
-            verdict = judge(task, ws, sandbox, timeout=min(cfg.sandbox.timeout, left()), cache=judge_cache)
-            if left() <= 0 and verdict.solved: verdict = None   # judged after the budget ran out: not in time
-        if verdict is None: stop, out = "timeout", f"judge: the episode's budget of {budget} s ran out"
-        else: out = (verdict.stdout + verdict.stderr)[-2000:]
-        solved = verdict is not None and verdict.solved
-        effort = rewards.effort_from_transcript(tr, tb, _Encoder(count))
-        reward = rewards.compute_reward(solved, tb, ws, effort, cfg.reward, task.files)
-        ep = Episode(task, tr, tb, solved, len(texts), stop, texts, ctx, effort, reward, changed, diff,
-                     lines_changed(task.files, final, overlay=False), out, time.time() - t0, verdict)
+        texts, ctx, stop, final = [], [], "max_turns", None
+        try:
+            if hasattr(policy, "start"): _policy(policy.start, task, tb)
+            for _ in range(cfg.tasks.max_turns):
+                if left() <= 0:
+                    stop = "timeout"
+                    break
+                ctx.append(len(tr.render(data, generation_prompt=True)[0]) if data is not None
+                           else sum(count(m.text) + 2 for m in tr) + 1)
+                text = _policy(policy.act, tr, tb)
+                texts.append(text)
+                tr.add("assistant", text)
+                if left() <= 0:                       # the turn took the rest of the budget: its calls do not run
+                    stop = "timeout"
+                    break
+                results = tb.step(text)
+                tr.add_results(results)
+                if tb.finished:
+                    stop = "finish"
+                    break
+                if not results:
+                    stop = "no_calls"
+                    break
+            final = read_workspace(ws)
+            verdict = None
+            if stop != "timeout" and left() > 0:
+                verdict = judge(task, ws, sandbox, timeout=min(cfg.sandbox.timeout, left()), cache=judge_cache)
+                if left() <= 0 and verdict.solved: verdict = None   # judged after the budget ran out: not in time
+            if verdict is None: stop, out = "timeout", f"judge: the episode's budget of {budget} s ran out"
+            else: out = (verdict.stdout + verdict.stderr)[-2000:]
+            solved = verdict is not None and verdict.solved
+            effort = rewards.effort_from_transcript(tr, tb, _Encoder(count))
+            reward = rewards.compute_reward(solved, tb, ws, effort, cfg.reward, task.files)
+            changed, diff, n = _changes(task.files, final)
+            ep = Episode(task, tr, tb, solved, len(texts), stop, texts, ctx, effort, reward, changed, diff, n, out,
+                         time.time() - t0, verdict)
+        except _PolicyError as e: raise e.__cause__ from None    # the policy's own fault: not the episode's
+        except Exception as e: ep = _failed_episode(task, tr, tb, texts, ctx, final, ws, cfg, count, t0, e)
     finally:
-        if not keep_workspace: remove_workspace(ws)
+        if not keep_workspace: _remove(ws)
     if hasattr(policy, "end"): policy.end(ep)
     return ep
 

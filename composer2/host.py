@@ -4,7 +4,8 @@
 
 # %% ../nbs/16_host.ipynb #host-12c003
 from __future__ import annotations
-import atexit, errno, itertools, os, shutil, sys, tempfile
+import atexit, errno, itertools, os, shutil, sys, tempfile, threading, time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable
 from .config import C2Error, SandboxConfig
@@ -12,7 +13,7 @@ from .paths import SANDBOX_UID, SANDBOX_WS, _AS_ROOT, _INNER_ID
 from .workspace import _CG_CONTROLLERS, _CG_PREFIX, _MS_BIND, _MS_NODEV, _MS_NOSUID, _MS_PRIVATE, _MS_RDONLY, _MS_REMOUNT, _mount, _own_cgroup, _rmdir_cgroup, _rmtree_mounted, _sweep_stale
 
 # %% auto #0
-__all__ = ['BWRAP_MISSING', 'SECCOMP_DENY', 'SandboxUnavailable', 'bwrap_path', 'seccomp_program']
+__all__ = ['BWRAP_MISSING', 'SECCOMP_DENY', 'SandboxUnavailable', 'bwrap_path', 'seccomp_program', 'max_running']
 
 # %% ../nbs/16_host.ipynb #12c006
 class SandboxUnavailable(C2Error):
@@ -81,6 +82,43 @@ def _cgroup_parents() -> dict[str, Path] | None:
         else: return None
     return out
 
+# %% ../nbs/16_host.ipynb #12c019-2a
+def max_running(limits: SandboxConfig) -> int:
+    "How many sandboxed commands a process runs at once under `limits`: `max_running`, or twice the CPU cores."
+    return limits.max_running or 2 * len(os.sched_getaffinity(0))
+
+class _Slots:
+    """The running sandboxed commands of this process, counted: `take` waits while `cap` of them run (a thread that
+    already holds a slot takes it again at once), `give` hands one back."""
+    def __init__(self): self._reset()
+
+    def _reset(self):
+        self._cond, self._local, self.running = threading.Condition(), threading.local(), 0
+
+    def take(self, cap: int, deadline: float | None = None) -> bool:
+        "Hold a slot once fewer than `cap` commands run; False (none held) if `deadline` (monotonic) comes first."
+        depth = getattr(self._local, "depth", 0)
+        if depth == 0:
+            with self._cond:
+                while self.running >= cap:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0: return False
+                    self._cond.wait(left)
+                self.running += 1
+        self._local.depth = depth + 1
+        return True
+
+    def give(self):
+        "Hand back the slot `take` gave this thread."
+        self._local.depth -= 1
+        if self._local.depth == 0:
+            with self._cond:
+                self.running -= 1
+                self._cond.notify_all()   # waiters may have caps of their own: each checks its own
+
+_SLOTS = _Slots()
+os.register_at_fork(after_in_child=_SLOTS._reset)   # a forked child runs none of its parent's commands
+
 # %% ../nbs/16_host.ipynb #12c019-3
 class _Host:
     "Per-process state every sandbox shares: tool paths, the interpreter's mount, cgroup parents, the seccomp program, the synthetic /etc."
@@ -90,6 +128,7 @@ class _Host:
         _sweep_stale()
         self.dir = Path(tempfile.mkdtemp(prefix=f"c2-sandbox-host-{self.pid}-")); self.dir.chmod(0o755)
         self.mounted, self.cgroups, self._seccomp = None, None, None
+        self.parent_limits, self._wants, self._parents_lock = {}, [], threading.Lock()   # see size_parents
         atexit.register(self.close)
         self._write_etc()
         (self.dir / "empty").mkdir()
@@ -114,6 +153,43 @@ class _Host:
         "The compiled seccomp program, built on first use."
         if self._seccomp is None: self._seccomp = seccomp_program()
         return self._seccomp
+
+    @contextmanager
+    def slot(self, limits: SandboxConfig, deadline: float | None = None):
+        """Hold one of the process's `max_running(limits)` slots for a command, the parent cgroups sized for it;
+        `C2Error` if `deadline` (time.monotonic()) comes before a slot does. Re-entered free by its thread."""
+        cap = max_running(limits)
+        if not _SLOTS.take(cap, deadline):
+            raise C2Error(f"no sandbox slot came free in time: {cap} commands already run at once "
+                          "(sandbox.max_running)")
+        want = {"memory": (limits.total_memory_mb or cap * limits.memory_mb) << 20,
+                "pids": cap * (limits.max_processes + 2)}
+        with self._parents_lock: self._wants.append(want)
+        try:
+            self.size_parents()
+            yield
+        finally:
+            with self._parents_lock: self._wants.remove(want)
+            _SLOTS.give()
+
+    def size_parents(self):
+        """Set the limits of the parent cgroups to the largest that the commands holding slots need together: memory
+        `total_memory_mb` (0: max_running x memory_mb), pids max_running x (max_processes + 2), under their own limits.
+        A limit the running commands already exceed stays as it was (the kernel refuses it); nothing without cgroups."""
+        if not self.cgroups: return
+        with self._parents_lock:
+            if not self._wants: return
+            for c, d in self.cgroups.items():
+                target, now = max(w[c] for w in self._wants), self.parent_limits.get(c)
+                if target == now: continue
+                files = ["pids.max"] if c == "pids" else ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
+                files = [f for f in files if (d / f).exists()]
+                # memsw (memory + swap) may never be below the memory limit: raised first, lowered last
+                if now is not None and target > now: files.reverse()
+                try:
+                    for f in files: (d / f).write_text(str(target))
+                except OSError: continue   # e.g. lower than what runs now holds: left as it is
+                self.parent_limits[c] = target
 
     def new_cgroups(self, limits: SandboxConfig) -> list[Path]:
         "Fresh memory and pids cgroups for one command, with its limits ([] without cgroups)."

@@ -4,7 +4,7 @@
 
 # %% ../nbs/25_judge.ipynb #15c002
 from __future__ import annotations
-import dataclasses, hashlib, hmac, json, os, re, secrets, threading
+import ast, dataclasses, hashlib, hmac, json, os, re, secrets, threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +16,8 @@ from .tasks import Task
 from .synthetic import _RUNNER
 
 # %% auto #0
-__all__ = ['JUDGE_RUNNER', 'protected_files', 'judge_spec', 'Verdict', 'expected_tests', 'JudgeCache', 'judge', 'run_tests']
+__all__ = ['AUDITED', 'JUDGE_RUNNER', 'protected_files', 'judge_spec', 'Verdict', 'expected_tests', 'JudgeCache', 'judge',
+           'run_tests']
 
 # %% ../nbs/25_judge.ipynb #15c005
 def protected_files(task: Task) -> list[str]:
@@ -47,6 +48,8 @@ def judge_spec(task: Task) -> dict:
     if spec.get("kind") not in ("unittest", "scripts") or not spec.get("tests"): raise C2Error(f"bad judge spec {spec!r}")
     spec.setdefault("fresh", sorted({p.split("/")[0].removesuffix(".py") for p in task.files if p.endswith(".py") or "/" in p}))
     spec.setdefault("hashseed", int(m.group(1)) if (m := re.search(r"PYTHONHASHSEED=(\d+)", task.test_cmd)) else 0)
+    spec.setdefault("trusted", protected_files(task))
+    spec.setdefault("probes", [[h["module"], h["call"]] for h in task.meta.get("hidden_tests", [])] if spec["kind"] == "scripts" else [])
     return spec
 
 # %% ../nbs/25_judge.ipynb #15c005-2
@@ -54,7 +57,12 @@ def judge_spec(task: Task) -> dict:
 # pipe on stdin (read once: nothing else in the sandbox can read it again), creates the result file before any code of
 # the workspace is imported, runs the tests with its own recorder, and writes `blake2b-MAC(key) + outcomes` to it; only
 # the key's holder can write a result the judge accepts. It also reports what the code under test changed in the test
-# machinery (unittest's classes and modules, builtins, the recorder, the test classes, trace hooks).
+# machinery (every attribute of unittest's classes and modules, builtins, the recorder, the test classes, trace hooks)
+# and, through an audit hook installed before the workspace's first line runs, the introspection it used (`AUDITED`,
+# frame attributes, ctypes, compiling under a borrowed file name). Hidden tests (`meta['hidden_tests']`) send only
+# their calls: the runner returns each value, and the judge, outside the sandbox, compares it with the answer.
+AUDITED = ("sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "gc.get_objects", "gc.get_referrers",
+           "gc.get_referents", "code.__new__", "sys.addaudithook")
 JUDGE_RUNNER = r'''import os, sys
 
 def _c2_judge():
@@ -71,6 +79,31 @@ def _c2_judge():
     key[:] = bytes(32); buf[:n] = bytes(n)
     dn = os.open("/dev/null", os.O_RDONLY); os.dup2(dn, 0); os.close(dn)
     root = spec["root"]
+    # the audit hook (it cannot be removed): the introspection that reaches this runner's state -- frames, the garbage
+    # collector's object lists, trace hooks, ctypes, code objects made or compiled under another file's name -- is
+    # recorded as `audit:EVENT@CALLER` whenever code of the workspace (not the protected tests) is on the stack
+    here, trusted, flagged, busy = root + "/", frozenset(os.path.join(root, p) for p in spec["trusted"]), set(), [False]
+    getframe, watched = sys._getframe, frozenset(spec["audit"])
+    frame_attrs = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals", "f_globals"))
+    def audit(event, args):
+        if busy[0]: return
+        if not (event in watched or event.startswith("ctypes.")
+                or (event == "object.__getattr__" and len(args) > 1 and args[1] in frame_attrs)
+                or (event == "compile" and len(args) > 1 and isinstance(args[1], str) and not args[1].startswith(("<", here)))):
+            return
+        busy[0] = True
+        try:
+            f = getframe(1)
+            caller = f"{f.f_code.co_filename.removeprefix(here)}:{f.f_code.co_name}"
+            if event == "compile" and caller.startswith("<frozen importlib"): return   # an import compiling a module
+            while f is not None:
+                name = f.f_code.co_filename
+                if name.startswith(here) and name not in trusted:
+                    flagged.add(f"audit:{event}@{caller}")
+                    return
+                f = f.f_back
+        finally: busy[0] = False
+    sys.addaudithook(audit)
     out = os.open(os.path.join(root, spec["result"]), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     write, pwrite, trunc, exit_, fmt = os.write, os.pwrite, os.ftruncate, os._exit, traceback.format_exception
     ut = spec["kind"] == "unittest"   # test scripts need none of unittest's machinery (importing it is ~20% of a run's CPU)
@@ -97,7 +130,11 @@ def _c2_judge():
              unittest.suite.BaseTestSuite, unittest.loader.TestLoader, unittest.case, unittest.result, unittest.suite,
              unittest.loader, unittest.util, unittest, runpy] if ut else []
     watch += [Rec, builtins]
-    snap = lambda objs: {(i, k): id(v) for i, o in enumerate(objs) for k, v in list(vars(o).items()) if callable(v)}
+    # what Python and unittest themselves set on these objects while tests run: not the code under test's doing
+    quiet = {"__warningregistry__", "tearDown_exceptions", "_classSetupFailed", "_class_cleanups"}
+    snap = lambda objs: {(i, k): id(v) for i, o in enumerate(objs) for k, v in list(vars(o).items()) if k not in quiet}
+    diff = lambda a, b, objs: sorted(f"{getattr(objs[i], '__name__', i)}.{k}" for (i, k) in a.keys() | b.keys() if a.get((i, k)) != b.get((i, k)))
+    rec_out, rec_keys = rec.out, set(vars(rec))
     before = snap(watch)
     mods = {m: id(sys.modules.get(m)) for m in (("unittest", "unittest.case", "unittest.result", "unittest.suite", "unittest.loader", "runpy") if ut else ()) + ("builtins", "os")}
     fresh = set(spec["fresh"])
@@ -117,7 +154,7 @@ def _c2_judge():
         @staticmethod
         def invalidate_caches(): pass
     sys.meta_path.insert(0, Workspace); os.chdir(root)
-    loaded, patched = [], []
+    loaded, patched, probes = [], [], []
     # 3. the tests
     if ut:
         warnings.simplefilter("default")   # as `python -m unittest` does
@@ -132,7 +169,7 @@ def _c2_judge():
             try: suite.run(rec)
             except BaseException as e: rec.put(name, "fail", (type(e), e, e.__traceback__))
             now = snap(loaded)
-            patched += sorted(f"{getattr(loaded[i], '__name__', i)}.{k}" for (i, k), v in tests_before.items() if now.get((i, k)) != v)
+            patched += diff(tests_before, now, loaded)
     else:
         def plain(v, depth=0):   # a value a test may compare: built-in types all the way down
             t = type(v)
@@ -156,13 +193,25 @@ def _c2_judge():
                 exec(code, {"__name__": "__main__", "__file__": full, "__builtins__": builtins, "__c2_eq__": eq})
                 rec.put(path, "pass")
             except BaseException as e: rec.put(path, "fail", (type(e), e, e.__traceback__))   # SystemExit too: a test runs to its end
+        import importlib
+        for i, (module, call) in enumerate(spec["probes"]):   # the hidden tests: only the value leaves, never the answer
+            try:
+                v = eval(call, dict(vars(importlib.import_module(module))))
+                probes.append(f"={i}\t{repr(v)[:4000]}" if plain(v) else f"={i}\t!not a plain value: {type(v).__name__}")
+            except BaseException as e: probes.append(f"={i}\t!{type(e).__name__}")
     # 4. the result, authenticated: only this process holds the key
     now = snap(watch)
-    changed = sorted(f"{getattr(watch[i], '__name__', i)}.{k}" for (i, k), v in before.items() if now.get((i, k)) != v) + patched
+    changed = diff(before, now, watch) + patched
     changed += [f"sys.modules[{m}]" for m, v in mods.items() if id(sys.modules.get(m)) != v]
-    changed += [f"rec.{k}" for k in list(vars(rec)) if callable(getattr(Rec, k, None))]
+    # the recorder: its outcome dict the same plain dict, no attribute of its own but what unittest's suites set
+    suite_keys = {"_previousTestClass", "_moduleSetUpFailed", "_testRunEntered"}
+    changed += sorted(f"rec.{k}" for k in (set(vars(rec)) ^ rec_keys) - suite_keys)
+    changed += ["rec.out"] if rec.out is not rec_out or type(rec.out) is not dict else []
+    changed += ["rec"] if type(rec) is not Rec else []
     if sys.gettrace() is not None or sys.getprofile() is not None: changed.append("sys.settrace")
-    lines = [f"tampered\t{','.join(changed)}"] + [f"{v}\t{k}" for k, v in rec.out.items()]
+    busy[0] = True   # the hook's work is done: what follows is ours
+    changed += sorted(flagged)
+    lines = [f"tampered\t{','.join(changed)}"] + [f"{v}\t{k}" for k, v in rec.out.items()] + probes
     payload = "\n".join(l.replace("\r", " ") for l in lines).encode("utf-8", "backslashreplace")
     h = mac.copy(); h.update(payload)
     trunc(out, 0); pwrite(out, h.hexdigest().encode() + b"\n" + payload, 0)
@@ -202,7 +251,7 @@ class Verdict:
 def _judge_run(spec: dict, workspace: Path | str, sandbox, timeout: float | None) -> tuple[dict | None, list[str], RunResult, str]:
     "(outcomes or None, tampered, the run, why there are no outcomes) of one run of the runner over `workspace`."
     key, name = secrets.token_bytes(32), f".c2-judge-{secrets.token_hex(8)}"
-    body = {k: spec[k] for k in ("kind", "tests", "fresh")} | {"root": SANDBOX_WS, "result": name}
+    body = {k: spec[k] for k in ("kind", "tests", "fresh", "trusted", "probes")} | {"root": SANDBOX_WS, "result": name, "audit": AUDITED}
     argv = ["env", f"PYTHONHASHSEED={int(spec.get('hashseed', 0))}", "python3", "-P", "-s", "-B", "-c", JUDGE_RUNNER]
     r = sandbox.run(argv, timeout=timeout, stdin=key + json.dumps(body).encode())
     try: data = read_bytes_beneath(workspace, name, 16 << 20)
@@ -216,7 +265,8 @@ def _judge_run(spec: dict, workspace: Path | str, sandbox, timeout: float | None
         return None, [], r, f"the test result is forged or corrupt ({how})"
     lines = payload.decode("utf-8", "replace").split("\n")
     tampered = [x for x in lines[0].partition("\t")[2].split(",") if x]
-    outcomes = {t: v for v, _, t in (l.partition("\t") for l in lines[1:]) if t}
+    outcomes = {t: v for v, _, t in (l.partition("\t") for l in lines[1:] if not l.startswith("=")) if t}
+    outcomes |= {f"hidden:{i[1:]}": v for i, _, v in (l.partition("\t") for l in lines[1:] if l.startswith("="))}
     return outcomes, tampered, r, ""
 
 # %% ../nbs/25_judge.ipynb #15c005-5
@@ -228,22 +278,28 @@ def expected_tests(task: Task, sandbox, timeout: float | None = None) -> tuple[l
     them. unittest: those that pass on the reference solution in a sandbox like `sandbox` (run once per task and process,
     then cached); `C2Error` when the reference cannot be run or does not pass the tests the task is known to break."""
     spec = judge_spec(task)
-    if spec["kind"] == "scripts": return list(spec["tests"]), []
+    if spec["kind"] == "scripts": return list(spec["tests"]) + [f"hidden:{i}" for i in range(len(spec["probes"]))], []
     key = hashlib.sha256(json.dumps([task.target, spec, dataclasses.asdict(sandbox.limits) if hasattr(sandbox, "limits") else None],
                                     sort_keys=True, default=str).encode()).hexdigest()
     with _REFERENCE_LOCK: lock = _REFERENCE.setdefault(("lock", key), threading.Lock())
     with lock:
-        if key in _REFERENCE: return _REFERENCE[key]
-        ws = make_workspace(task.target, root=Path(sandbox.workspace).parent, limits=sandbox.limits)
-        try: outcomes, tampered, r, why = _judge_run(spec, ws, Sandbox(ws, sandbox.limits), timeout)
-        finally: remove_workspace(ws)
-        if outcomes is None: raise C2Error(f"the reference solution of {task.id} cannot be judged: {why}")
-        passed = sorted(t for t, v in outcomes.items() if v == "pass")
-        # c2bench names a doctest by its module (unittest prints `FAIL: name (module)`): a prefix of a passing test's id
-        if missing := [t for t in task.meta.get("failing_tests", []) if t not in passed and not any(p.startswith(t + ".") for p in passed)]:
-            raise C2Error(f"the reference solution of {task.id} does not pass {missing[0]} here")
-        _REFERENCE[key] = (passed, tampered)
-        return _REFERENCE[key]
+        if key not in _REFERENCE: _REFERENCE[key] = _reference_run(task, spec, sandbox, timeout)
+    passed, tampered = _REFERENCE[key]
+    # checked for every task, not only the first of those that share a reference (a module's tasks all do): a task
+    # whose broken tests do not pass on the reference here would otherwise be "solved" as given. c2bench names a
+    # doctest by its module (unittest prints `FAIL: name (module)`): a prefix of a passing test's id
+    failing = task.meta.get("failing_tests", [])
+    if missing := [t for t in failing if t not in passed and not any(p.startswith(t + ".") for p in passed)]:
+        raise C2Error(f"the reference solution of {task.id} does not pass {missing[0]} here")
+    return passed, tampered
+
+def _reference_run(task: Task, spec: dict, sandbox, timeout: float | None) -> tuple[list[str], list[str]]:
+    "(tests that pass, what the reference changes in the test machinery) of one run of the reference solution."
+    ws = make_workspace(task.target, root=Path(sandbox.workspace).parent, limits=sandbox.limits)
+    try: outcomes, tampered, r, why = _judge_run(spec, ws, Sandbox(ws, sandbox.limits), timeout)
+    finally: remove_workspace(ws)
+    if outcomes is None: raise C2Error(f"the reference solution of {task.id} cannot be judged: {why}")
+    return sorted(t for t, v in outcomes.items() if v == "pass"), tampered
 
 # %% ../nbs/25_judge.ipynb #15c005-7
 def _clear_shadows(workspace: Path | str, rel: str):
@@ -257,6 +313,13 @@ def _clear_shadows(workspace: Path | str, rel: str):
     for n in names:
         if n == stem or (n.startswith(stem + ".") and n.endswith(".so")):
             remove_beneath(workspace, f"{parent}/{n}" if parent else n)
+
+# %% ../nbs/25_judge.ipynb #bca59992
+def _same_value(got: str | None, want: str) -> bool:
+    "Whether the runner's `repr` of a hidden test's value equals the answer's (both plain literals; anything else: no)."
+    if got is None or got.startswith("!"): return False
+    try: return ast.literal_eval(got) == ast.literal_eval(want)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError): return False
 
 # %% ../nbs/25_judge.ipynb #15c005-7a
 class JudgeCache:
@@ -321,6 +384,8 @@ def _judge(task: Task, workspace: Path | str, sandbox, timeout: float | None) ->
     try: outcomes, tampered, r, why = _judge_run(spec, workspace, sandbox, timeout)
     except (C2Error, OSError) as e: return Verdict(False, f"the tests could not run: {e}", expected)
     if outcomes is None: return Verdict(False, why, expected, run=r)
+    for i, h in enumerate(task.meta.get("hidden_tests", []) if spec["kind"] == "scripts" else []):
+        outcomes[f"hidden:{i}"] = "pass" if _same_value(outcomes.get(f"hidden:{i}"), h["want"]) else "fail"
     v = Verdict(False, "", expected, outcomes, tampered, r)
     if extra := sorted(set(tampered) - set(allowed)):
         v.reason = f"the code under test tampered with the test machinery: {', '.join(extra[:5])}"

@@ -4,14 +4,14 @@
 
 # %% ../nbs/14_paths.ipynb #paths-12c003
 from __future__ import annotations
-import errno, hashlib, os, re, shutil, stat
+import collections, errno, hashlib, os, re, stat
 from pathlib import Path
 from .config import C2Error
 
 # %% auto #0
-__all__ = ['SANDBOX_WS', 'SANDBOX_UID', 'MAX_FILE_BYTES', 'MAX_LIST_FILES', 'safe_path', 'printable', 'open_beneath',
-           'read_bytes_beneath', 'read_beneath', 'write_beneath', 'remove_beneath', 'replace_beneath', 'list_beneath',
-           'workspace_digest']
+__all__ = ['SANDBOX_WS', 'SANDBOX_UID', 'MAX_FILE_BYTES', 'MAX_LIST_FILES', 'MAX_WALK_DEPTH', 'safe_path', 'printable',
+           'open_beneath', 'Walk', 'read_bytes_beneath', 'read_beneath', 'write_beneath', 'remove_beneath',
+           'replace_beneath', 'list_beneath', 'workspace_digest']
 
 # %% ../nbs/14_paths.ipynb #12c010
 SANDBOX_WS = "/workspace"   # where the workspace appears inside the sandbox
@@ -53,6 +53,9 @@ def safe_path(workspace: Path | str, rel: str) -> Path:
 _MAX_LINKS = 40
 MAX_FILE_BYTES = 1 << 20      # default cap of one host-side read of a workspace file
 MAX_LIST_FILES = 5000         # default cap of one host-side listing of a workspace
+MAX_WALK_DEPTH = 128          # a host-side walk of a workspace enters directories at most this many levels down
+_WALK_FDS = 8                 # descriptors a walk keeps open below its top at most (shallower ones are reopened)
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 # %% ../nbs/14_paths.ipynb #12c013-1
@@ -63,45 +66,183 @@ def printable(text: str) -> str:
 # %% ../nbs/14_paths.ipynb #12c013-2
 def _parts(p: str) -> list[str]: return [x for x in p.split("/") if x not in ("", ".")]
 
+# %% ../nbs/14_paths.ipynb #12c013-2a
+def _identity(fd: int) -> tuple[int, int]:
+    "(device, inode) of the open `fd`: which directory it is, whatever its name is now."
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+# %% ../nbs/14_paths.ipynb #12c013-2b
+def _step(old: int, new: int, keep: int) -> int:
+    "Move a walk's one descriptor: close `old` (unless it is `keep`, the root) and return `new`."
+    if old != keep: os.close(old)
+    return new
+
 # %% ../nbs/14_paths.ipynb #12c013-3
 def open_beneath(workspace: Path | str, rel: str, flags: int = os.O_RDONLY, mode: int = 0o644, make_parents: bool = False) -> int:
     """An fd for `rel` inside `workspace` that no symlink or concurrent rename can point outside it (opened `O_NONBLOCK`:
-    a FIFO never blocks); `C2Error` on escapes, loops and bad names, `OSError` for what does not exist."""
-    shown, todo = rel, _parts(_relative(rel))
-    stack, links = [os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)], 0
+    a FIFO never blocks); `C2Error` on escapes, loops and bad names, `OSError` for what does not exist. Two descriptors
+    held however long the path: a `..` reopens the parent, checked to be the directory the walk came down through."""
+    shown, todo = rel, collections.deque(_parts(_relative(rel)))
+    root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    cur, ids, links = root, [_identity(root)], 0     # ids: (device, inode) of each directory from the root to `cur`
     try:
         while todo:
-            name = todo.pop(0)
+            name = todo.popleft()
             if name == "..":
-                if len(stack) == 1: raise C2Error(f"path {shown!r} leads outside the workspace")
-                os.close(stack.pop()); continue
+                if len(ids) == 1: raise C2Error(f"path {shown!r} leads outside the workspace")
+                ids.pop()
+                cur = _step(cur, os.open("..", _DIR, dir_fd=cur), root)
+                if _identity(cur) != ids[-1]: raise C2Error(f"path {shown!r}: a directory moved while it was opened")
+                continue
             last, st = not todo, None
-            try: st = os.stat(name, dir_fd=stack[-1], follow_symlinks=False)
+            try: st = os.stat(name, dir_fd=cur, follow_symlinks=False)
             except FileNotFoundError:
                 if last and flags & os.O_CREAT: pass
                 elif not last and make_parents:
-                    os.mkdir(name, 0o755, dir_fd=stack[-1]); _own(name, stack[-1])
+                    os.mkdir(name, 0o755, dir_fd=cur)
+                    _own(name, cur)
                 else: raise
             if st is not None and stat.S_ISLNK(st.st_mode):
                 links += 1
                 if links > _MAX_LINKS: raise C2Error(f"path {shown!r}: too many levels of symlinks")
-                target = os.readlink(name, dir_fd=stack[-1])
+                target = os.readlink(name, dir_fd=cur)
                 if target.startswith("/"):
                     if not (target == SANDBOX_WS or target.startswith(SANDBOX_WS + "/")):
                         raise C2Error(f"path {shown!r} leads outside the workspace (symlink to {printable(target)})")
-                    for fd in stack[1:]: os.close(fd)
-                    del stack[1:]
+                    cur, ids = _step(cur, root, root), ids[:1]
                     target = target[len(SANDBOX_WS):]
-                todo = _parts(target) + todo
+                todo.extendleft(reversed(_parts(target)))
                 continue
             if last:
-                fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=stack[-1])
+                fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=cur)
                 if st is None: _own_fd(fd)
                 return fd
-            stack.append(os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=stack[-1]))
-        return os.open(".", flags | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=stack[-1])   # rel named a directory
+            cur = _step(cur, os.open(name, _DIR, dir_fd=cur), root)
+            ids.append(_identity(cur))
+        return os.open(".", flags | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=cur)   # rel named a directory
     finally:
-        for fd in stack: os.close(fd)
+        if cur != root: os.close(cur)
+        os.close(root)
+
+# %% ../nbs/14_paths.ipynb #12c013-3a
+def _listing(fd: int, limit: int | None = None) -> tuple[list[str], list[str], bool]:
+    """The sorted names in directory `fd`: its real subdirectories (links are not) and everything else; True when it
+    holds more than `limit` names (the listing stops there)."""
+    dirs, others = [], []
+    with os.scandir(fd) as it:
+        for e in it:
+            if limit is not None and len(dirs) + len(others) >= limit: return sorted(dirs), sorted(others), True
+            try: is_dir = e.is_dir(follow_symlinks=False)
+            except OSError: is_dir = False
+            (dirs if is_dir else others).append(e.name)
+    return sorted(dirs), sorted(others), False
+
+# %% ../nbs/14_paths.ipynb #12c013-3b
+def _reopen(frames: list) -> int | None:
+    """The descriptor of the last of a walk's `frames` ([name, fd or None, ...], the first always open), opened by name
+    from its nearest open ancestor, keeping at most `_WALK_FDS` open after the first. None when a directory on the way
+    is gone or no longer a directory (that subtree is not walked: its frames are dropped)."""
+    i = len(frames) - 1
+    while frames[i][1] is None: i -= 1
+    for k in range(i + 1, len(frames)):
+        try: frames[k][1] = os.open(frames[k][0], _DIR, dir_fd=frames[k - 1][1])
+        except OSError:
+            del frames[k:]
+            return None
+        if k > _WALK_FDS and frames[k - _WALK_FDS][1] is not None:
+            os.close(frames[k - _WALK_FDS][1])
+            frames[k - _WALK_FDS][1] = None
+    return frames[-1][1]
+
+# %% ../nbs/14_paths.ipynb #12c013-3c
+class Walk:
+    """The directories under directory `rel` of `workspace`, top-down, as `(path, fd, dirs, others)`: the path relative
+    to `rel` ('' for `rel` itself), a descriptor of it (valid until the next step), the sorted names of its real
+    subdirectories (prune them in place, as with `os.walk`) and of everything else (files, links, FIFOs). Iterative and
+    by descriptor: each directory is opened relative to its parent with `O_NOFOLLOW` (links are never followed), and at
+    most `_WALK_FDS` descriptors are held at any depth. Directories more than `max_depth` levels down are listed but not
+    entered (`cut` is then True); past `max_entries` names in all the walk stops (`truncated`)."""
+    def __init__(self, workspace: Path | str, rel: str = ".", max_depth: int = MAX_WALK_DEPTH,
+                 max_entries: int | None = None):
+        self.workspace, self.rel, self.max_depth, self.max_entries = workspace, rel, max_depth, max_entries
+        self.cut = self.truncated = False
+        self.entries = 0
+
+    def __iter__(self):
+        top = open_beneath(self.workspace, self.rel, os.O_RDONLY | os.O_DIRECTORY)
+        frames = [[None, top, None]]                                   # per level: name, fd, subdirectories to go
+        try:
+            while frames:
+                top = frames[-1]
+                if top[2] is None:
+                    fd = _reopen(frames)
+                    if fd is None: continue                        # gone or replaced meanwhile: not walked
+                    left = None if self.max_entries is None else self.max_entries - self.entries
+                    try: dirs, others, over = _listing(fd, left)
+                    except OSError:                                # unreadable: not walked
+                        top[2] = []
+                        continue
+                    self.entries += len(dirs) + len(others)
+                    if over:
+                        self.truncated = True
+                        return
+                    yield "/".join(f[0] for f in frames[1:]), fd, dirs, others
+                    if dirs and len(frames) > self.max_depth:
+                        self.cut = True
+                        dirs = []
+                    top[2] = dirs[::-1]
+                elif top[2]: frames.append([top[2].pop(), None, None])
+                else:
+                    if top[1] is not None: os.close(top[1])
+                    frames.pop()
+        finally:
+            for f in frames:
+                if f[1] is not None: os.close(f[1])
+
+# %% ../nbs/14_paths.ipynb #12c013-3e
+def _clear_files(fd: int) -> list[str]:
+    "Unlink everything but the subdirectories in directory `fd`; return their names."
+    dirs, others, _ = _listing(fd)
+    for n in others:
+        try: os.unlink(n, dir_fd=fd)
+        except FileNotFoundError: pass
+        except IsADirectoryError: dirs.append(n)          # made a directory meanwhile
+    return dirs
+
+# %% ../nbs/14_paths.ipynb #12c013-3f
+def _rmtree_at(dfd: int, name: str):
+    """Remove the directory `name` in directory `dfd` and everything beneath it, however deep: iterative, links removed
+    and never followed, one descriptor held besides `dfd` (a parent is reached again through `..`, checked to be the
+    very directory the walk came down through)."""
+    cur = os.open(name, _DIR, dir_fd=dfd)
+    frames = [[name, _identity(cur), None]]   # per level: name, (device, inode), subdirectories to go (None: unlisted)
+    try:
+        while True:
+            top = frames[-1]
+            if top[2] is None: top[2] = _clear_files(cur)
+            if top[2]:
+                sub = top[2].pop()
+                try: cur = _step(cur, os.open(sub, _DIR, dir_fd=cur), dfd)
+                except FileNotFoundError: continue
+                except OSError as e:
+                    if e.errno not in (errno.ENOTDIR, errno.ELOOP): raise
+                    os.unlink(sub, dir_fd=cur)                # no longer a directory
+                    continue
+                frames.append([sub, _identity(cur), None])
+                continue
+            frames.pop()
+            if not frames: break
+            cur = _step(cur, os.open("..", _DIR, dir_fd=cur), dfd)
+            if _identity(cur) != frames[-1][1]:
+                raise OSError(errno.ESTALE, "a directory moved while being removed", name)
+            try: os.rmdir(top[0], dir_fd=cur)
+            except FileNotFoundError: pass
+            except OSError as e:
+                if e.errno != errno.ENOTEMPTY: raise
+                frames[-1][2] = None                          # written to meanwhile: list it again
+    finally: os.close(cur)
+    os.rmdir(name, dir_fd=dfd)
 
 # %% ../nbs/14_paths.ipynb #12c013-4
 def _regular(fd: int, rel: str) -> os.stat_result:
@@ -153,9 +294,9 @@ def write_beneath(workspace: Path | str, rel: str, text: str, make_parents: bool
 
 # %% ../nbs/14_paths.ipynb #12c013-10
 def _remove_at(dfd: int, name: str):
-    "Remove `name` in directory `dfd` whatever it is, without following links (a directory tree by descriptor)."
+    "Remove `name` in directory `dfd` whatever it is, without following links (a tree of any depth: `_rmtree_at`)."
     st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-    if stat.S_ISDIR(st.st_mode): shutil.rmtree(name, dir_fd=dfd)
+    if stat.S_ISDIR(st.st_mode): _rmtree_at(dfd, name)
     else: os.unlink(name, dir_fd=dfd)
 
 # %% ../nbs/14_paths.ipynb #12c013-11
@@ -198,53 +339,50 @@ def replace_beneath(workspace: Path | str, rel: str, text: str) -> None:
 def list_beneath(workspace: Path | str, rel: str = ".", suffixes: tuple[str, ...] | None = None, max_bytes: int | None = MAX_FILE_BYTES,
                  max_files: int = MAX_LIST_FILES, hidden: bool = False) -> list[str]:
     """Workspace-relative paths of the regular files under directory `rel` (ending in `suffixes`, at most `max_bytes` each),
-    sorted; walked by descriptor (links never followed), hidden and `__pycache__` directories skipped unless `hidden`;
-    at most `max_files` (the walk stops there)."""
+    sorted; walked by descriptor (`Walk`: links never followed, at most `MAX_WALK_DEPTH` levels down), hidden and
+    `__pycache__` directories skipped unless `hidden`; at most `max_files` (the walk stops there)."""
     base = "/".join(_parts(_relative(rel)))
-    dfd = open_beneath(workspace, rel, os.O_RDONLY | os.O_DIRECTORY)
     out = []
-    try:
-        for top, dirs, names, tfd in os.fwalk(".", dir_fd=dfd, follow_symlinks=False):
-            dirs[:] = sorted(d for d in dirs if hidden or (not d.startswith(".") and d != "__pycache__"))
-            for n in sorted(names):
-                if (suffixes and not n.endswith(suffixes)) or (not hidden and n.startswith(".c2-")): continue
-                try: st = os.stat(n, dir_fd=tfd, follow_symlinks=False)
-                except OSError: continue
-                if not stat.S_ISREG(st.st_mode) or (max_bytes is not None and st.st_size > max_bytes): continue
-                p = n if top == "." else f"{top[2:]}/{n}"
-                out.append(f"{base}/{p}" if base else p)
-                if len(out) >= max_files: return sorted(out)
-    finally: os.close(dfd)
+    for top, tfd, dirs, names in Walk(workspace, rel):
+        dirs[:] = [d for d in dirs if hidden or (not d.startswith(".") and d != "__pycache__")]
+        for n in names:
+            if (suffixes and not n.endswith(suffixes)) or (not hidden and n.startswith(".c2-")): continue
+            try: st = os.stat(n, dir_fd=tfd, follow_symlinks=False)
+            except OSError: continue
+            if not stat.S_ISREG(st.st_mode) or (max_bytes is not None and st.st_size > max_bytes): continue
+            p = f"{top}/{n}" if top else n
+            out.append(f"{base}/{p}" if base else p)
+            if len(out) >= max_files: return sorted(out)
     return sorted(out)
 
 # %% ../nbs/14_paths.ipynb #12c015
-def workspace_digest(workspace: Path | str, max_bytes: int = 8 << 20, max_entries: int = MAX_LIST_FILES) -> str | None:
-    """A sha256 of the whole tree under `workspace`, walked by descriptor (links never followed, hidden files and caches
-    included): every entry's path, type and permission bits, a regular file's bytes, a link's target. Two workspaces
-    with one digest hold the same tree. None when the tree holds anything else (a FIFO, a socket, a device) or more than
-    `max_entries` entries or `max_bytes` bytes of files: such a tree is not summarised, and the host reads no more."""
-    h, total, n = hashlib.sha256(), 0, 0
-    dfd = open_beneath(workspace, ".", os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for top, dirs, names, tfd in os.fwalk(".", dir_fd=dfd, follow_symlinks=False):
-            dirs.sort()
-            for name in sorted(dirs + names):
-                n += 1
-                if n > max_entries: return None
-                st = os.stat(name, dir_fd=tfd, follow_symlinks=False)
-                rel = name if top == "." else f"{top[2:]}/{name}"
-                h.update(f"{rel}\0{stat.S_IFMT(st.st_mode)}\0{stat.S_IMODE(st.st_mode)}\0".encode("utf-8", "surrogateescape"))
-                if stat.S_ISLNK(st.st_mode): h.update(os.readlink(name, dir_fd=tfd).encode("utf-8", "surrogateescape"))
-                elif stat.S_ISREG(st.st_mode):
-                    total += st.st_size
-                    if total > max_bytes: return None
-                    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=tfd)
-                    try:
-                        if not stat.S_ISREG(os.fstat(fd).st_mode): return None
-                        data = os.read(fd, st.st_size + 1)
-                    finally: os.close(fd)
-                    if len(data) != st.st_size: return None      # changed under us: not a tree to summarise
-                    h.update(hashlib.sha256(data).digest())
-                elif not stat.S_ISDIR(st.st_mode): return None
-    finally: os.close(dfd)
-    return h.hexdigest()
+def workspace_digest(workspace: Path | str, max_bytes: int = 8 << 20, max_entries: int = MAX_LIST_FILES,
+                     max_depth: int = MAX_WALK_DEPTH) -> str | None:
+    """A sha256 of the whole tree under `workspace`, walked by descriptor (`Walk`: links never followed, hidden files
+    and caches included): every entry's path, type and permission bits, a regular file's bytes (their sha256), a
+    link's target, each field length-prefixed. Two workspaces with one digest hold the same tree. None when the tree
+    holds anything else (a FIFO, a socket, a device), more than `max_entries` entries, `max_bytes` bytes of files or
+    levels below `max_depth`: such a tree is not summarised, and the host reads no more."""
+    h, total = hashlib.sha256(), 0
+    walk = Walk(workspace, max_depth=max_depth, max_entries=max_entries)
+    for top, tfd, dirs, names in walk:
+        for name in sorted(dirs + names):
+            st = os.stat(name, dir_fd=tfd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode): body = os.readlink(name, dir_fd=tfd).encode("utf-8", "surrogateescape")
+            elif stat.S_ISDIR(st.st_mode): body = b""
+            elif not stat.S_ISREG(st.st_mode): return None
+            else:
+                total += st.st_size
+                if total > max_bytes: return None
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=tfd)
+                try:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode): return None
+                    data = os.read(fd, st.st_size + 1)
+                finally: os.close(fd)
+                if len(data) != st.st_size: return None      # changed under us: not a tree to summarise
+                body = hashlib.sha256(data).digest()
+            rel = f"{top}/{name}" if top else name
+            for field in (rel.encode("utf-8", "surrogateescape"), b"%d" % stat.S_IFMT(st.st_mode),
+                          b"%d" % stat.S_IMODE(st.st_mode), body):
+                h.update(len(field).to_bytes(8, "big") + field)
+    return None if walk.cut or walk.truncated else h.hexdigest()

@@ -235,7 +235,9 @@ class Rollouts:
         try:
             if fault == "raise": raise RuntimeError("injected fault (C2_FAULTS)")
             if fault == "hang": threading.Event().wait()
-            ro = pol.rollout(run_episode(task, pol, self.cfg, sandbox_root=self.root, judge_cache=self.judge_cache))
+            ep = run_episode(task, pol, self.cfg, sandbox_root=self.root, judge_cache=self.judge_cache)
+            if ep.stop_reason == "error": log.warning("episode of %s kept as failed: %s", task.id, ep.test_output)
+            ro = pol.rollout(ep)
         except Exception as e:
             log.warning("episode of %s failed: %s", task.id, f"{type(e).__name__}: {e}"[:300])
             with self._lock: self.errors += 1

@@ -4,18 +4,18 @@
 
 # %% ../nbs/17_sandbox.ipynb #12c003
 from __future__ import annotations
-import fcntl, json, os, select, selectors, signal, subprocess, sys, sysconfig, threading, time
+import fcntl, functools, glob, hashlib, json, os, select, selectors, signal, subprocess, sys, sysconfig, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 from .config import C2Error, SandboxConfig
-from .paths import SANDBOX_UID, SANDBOX_WS, _AS_ROOT, _INNER_ID, _write_all
+from .paths import SANDBOX_UID, SANDBOX_WS, _AS_ROOT, _INNER_ID, _write_all, list_beneath, read_beneath, read_bytes_beneath
 from .host import SandboxUnavailable, _Host, _SPAWN_ENV, _need
 from .workspace import _rmdir_cgroup, give_to_sandbox, make_workspace, remove_workspace, workspace_is_capped
 
 # %% auto #0
-__all__ = ['OUTPUT_KILL_BYTES', 'STDIN_PIPE_BYTES', 'sandbox_limits', 'RunResult', 'Sandbox', 'SandboxPool']
+__all__ = ['OUTPUT_KILL_BYTES', 'STDIN_PIPE_BYTES', 'sandbox_limits', 'RunResult', 'system_copies', 'Sandbox', 'SandboxPool']
 
 # %% ../nbs/17_sandbox.ipynb #12c019-4
 _HOST, _HOST_LOCK = {}, threading.RLock()   # re-entered by the self-check
@@ -150,10 +150,79 @@ def _check_reachable(workspace: Path):
             raise C2Error(f"workspace {workspace} is not reachable by the sandbox user: {d} is not world-searchable "
                           f"(make workspaces with make_workspace, or under a directory with o+x)")
 
+# %% ../nbs/17_sandbox.ipynb #caf794b4
+_MIN_SHARED = 0.5   # a system file holding at least this share of a workspace file's lines counts as its copy
+_INDEX, _INDEX_LOCK = {}, threading.Lock()
+
+# %% ../nbs/17_sandbox.ipynb #d5857b5d
+def _system_index() -> dict:
+    """{"names": {file name: [paths]}, "sizes": {size: [paths]}} of the `.py` files a sandbox can read: under `/usr`
+    and the interpreter's prefix, its (masked) site-packages left out. Built once per process."""
+    with _INDEX_LOCK:
+        if not _INDEX:
+            site = sysconfig.get_path("purelib", vars={"base": sys.base_prefix, "platbase": sys.base_prefix})
+            roots = ["/usr"] + ([] if sys.base_prefix.startswith("/usr/") else [sys.base_prefix])
+            names, sizes = {}, {}
+            for root in roots:
+                for top, dirs, files in os.walk(root):
+                    if top == site:
+                        dirs[:] = []
+                        continue
+                    for f in files:
+                        if not f.endswith(".py"):
+                            continue
+                        p = os.path.join(top, f)
+                        try:
+                            st = os.stat(p, follow_symlinks=False)
+                        except OSError:
+                            continue
+                        names.setdefault(f, []).append(p)
+                        sizes.setdefault(st.st_size, []).append(p)
+            _INDEX.update(names=names, sizes=sizes)
+        return _INDEX
+
+# %% ../nbs/17_sandbox.ipynb #327b1485
+def _lines(text: str) -> set[str]:
+    "The distinct lines of `text` that say something (stripped, longer than 3 characters)."
+    return {s for l in text.splitlines() if len(s := l.strip()) > 3}
+
+@functools.lru_cache(8192)
+def _system_file(path: str) -> tuple[frozenset, str]:
+    "(the lines, the sha256) of a system file; empty for one that cannot be read."
+    try:
+        with open(path, "rb") as f: data = f.read()
+    except OSError: return frozenset(), ""
+    return frozenset(_lines(data.decode("utf-8", "replace"))), hashlib.sha256(data).hexdigest()
+
+# %% ../nbs/17_sandbox.ipynb #f85b6382
+def system_copies(workspace: Path | str) -> dict[str, str | None]:
+    """{path on the sandbox's read-only system: the workspace file it shows instead, or None (it reads empty)} for every
+    copy there of a Python file of `workspace` (see above): module path twins sharing at least `_MIN_SHARED` of its lines
+    show the workspace's file; files byte-identical to those and the twins' compiled bytecode read empty."""
+    rels = list_beneath(workspace, suffixes=(".py",), max_files=2000)
+    if not rels: return {}
+    index, out = _system_index(), {}
+    for rel in rels:
+        twins = [p for p in index["names"].get(rel.rsplit("/", 1)[-1], []) if p.endswith("/" + rel)]
+        if not twins: continue
+        try: mine = _lines(read_beneath(workspace, rel))
+        except (C2Error, OSError, UnicodeDecodeError): continue
+        if not mine: continue
+        out.update((p, rel) for p in twins if len(mine & _system_file(p)[0]) >= _MIN_SHARED * len(mine))
+    shas = {_system_file(p)[1] for p in out}
+    for p in list(out):   # the same bytes under any other name
+        out.update((q, None) for q in index["sizes"].get(os.stat(p).st_size, []) if q not in out and _system_file(q)[1] in shas)
+    for p in list(out):   # bytecode of either: an empty .pyc is not valid, so Python compiles what the source shows
+        d, name = os.path.split(p)
+        out.update((q, None) for q in glob.glob(os.path.join(glob.escape(d), "__pycache__", glob.escape(name[:-3]) + ".*.pyc")))
+    return dict(sorted(out.items()))
+
 # %% ../nbs/17_sandbox.ipynb #12c021-7c
-def _bwrap_argv(workspace: Path, L: SandboxConfig, h: _Host) -> tuple[list[str], int, int | None]:
+def _bwrap_argv(workspace: Path, L: SandboxConfig, h: _Host, hidden: dict | None = None) -> tuple[list[str], int, int | None]:
     """The command line that runs a command in `workspace` under limits `L`, the command's argv to be appended; and the
-    indices of its two placeholders, the info fd and the seccomp fd (None without seccomp), filled in per run."""
+    indices of its two placeholders, the info fd and the seccomp fd (None without seccomp), filled in per run. `hidden`
+    (`system_copies`) adds a `HIDE_FD` placeholder per copy that shows a workspace file, also filled in per run."""
+    hidden = hidden or {}
     py = sys.base_prefix
     a = [*h.launcher, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
          "--uid", _INNER_ID, "--gid", _INNER_ID, "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
@@ -165,6 +234,11 @@ def _bwrap_argv(workspace: Path, L: SandboxConfig, h: _Host) -> tuple[list[str],
     a += ["--ro-bind", h.python_src, py]
     site = sysconfig.get_path("purelib", vars={"base": py, "platbase": py})
     if site and os.path.isdir(site) and site.startswith(py + "/"): a += ["--ro-bind", str(h.dir / "empty"), site]
+    blank = h.dir / "blank"
+    if hidden and not blank.exists():
+        blank.touch(0o444)
+    for p, rel in hidden.items():   # the system's copies of the workspace's modules: ours (filled in per run) or nothing
+        a += ["--ro-bind-data", "HIDE_FD", p] if rel is not None else ["--ro-bind", str(blank), p]
     tmp = str(L.tmp_mb << 20)
     if L.seccomp: a += ["--seccomp", "SECCOMP_FD"]
     a += ["--proc", "/proc", "--dev", "/dev", "--size", tmp, "--tmpfs", "/dev/shm", "--size", tmp, "--tmpfs", "/tmp",
@@ -194,6 +268,16 @@ def _stdin_fd(data: bytes | None) -> int:
         os.close(r); os.close(w)
     fd = os.memfd_create("c2-stdin", os.MFD_CLOEXEC)
     _write_all(fd, data); os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+# %% ../nbs/17_sandbox.ipynb #fa2b4b90
+def _shown_fd(workspace: Path, rel: str) -> int:
+    "A memfd holding the workspace file `rel` as it is now: what a system copy shows (empty if not a readable file)."
+    try: data = read_bytes_beneath(workspace, rel)
+    except (C2Error, OSError): data = b""
+    fd = os.memfd_create("c2-shown", os.MFD_CLOEXEC)
+    _write_all(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
 # %% ../nbs/17_sandbox.ipynb #12c021-7g
@@ -267,14 +351,17 @@ def _watch(proc, out_r: int, err_r: int, info_r: int, t0: float, timeout: float,
 
 # %% ../nbs/17_sandbox.ipynb #12c021-8
 class Sandbox:
-    "Runs commands in `workspace` (read-write at /workspace, the cwd) under bubblewrap with `limits`; see `run`."
+    """Runs commands in `workspace` (read-write at /workspace, the cwd) under bubblewrap with `limits`; see `run`. The
+    system's copies of the workspace's Python files as it is now (`system_copies`) are hidden from every run."""
     def __init__(self, workspace: Path | str, limits: SandboxConfig | None = None):
         self.workspace = Path(workspace).resolve()
         if not self.workspace.is_dir(): raise C2Error(f"workspace {workspace} is not a directory")
         self.limits = limits or SandboxConfig()
         self.host = _host()
         if _AS_ROOT: _check_reachable(self.workspace)
-        self._argv, self._info_at, self._seccomp_at = _bwrap_argv(self.workspace, self.limits, self.host)
+        self.hidden = system_copies(self.workspace)   # the system's copies of the workspace's modules: never the original
+        self._argv, self._info_at, self._seccomp_at = _bwrap_argv(self.workspace, self.limits, self.host, self.hidden)
+        self._shown = [rel for rel in self.hidden.values() if rel is not None]   # the HIDE_FD placeholders, in order
 
     def run(self, cmd: str | Sequence[str], timeout: float | None = None, stdin: str | bytes | None = None) -> RunResult:
         """Run `cmd` (a str runs under `bash -c`) and return its `RunResult`; when this returns, nothing it started is alive.
@@ -286,7 +373,13 @@ class Sandbox:
         if not timeout > 0: raise C2Error(f"timeout must be > 0 seconds, got {timeout}")
         if not self.workspace.is_dir(): raise C2Error(f"workspace {self.workspace} no longer exists")
         if not self.host.alive() or self.host.pid != os.getpid():   # host state gone, or we were forked: start afresh
-            self.host = _host(); self._argv, self._info_at, self._seccomp_at = _bwrap_argv(self.workspace, self.limits, self.host)
+            self.host = _host()
+            self._argv, self._info_at, self._seccomp_at = _bwrap_argv(self.workspace, self.limits, self.host, self.hidden)
+        with self.host.slot(self.limits):   # at most sandbox.max_running commands of this process at once
+            return self._start(cmd, data, timeout)
+
+    def _start(self, cmd: Sequence[str], data: bytes | None, timeout: float) -> RunResult:
+        "Start `cmd` in the sandbox (a slot held) and watch it to the end: `run`'s work once its arguments are checked."
         give_to_sandbox(self.workspace)                   # files written by host-side tools since the last run
         fds = {}
         try:
@@ -299,6 +392,10 @@ class Sandbox:
                 try: _write_all(sc_w, self.host.seccomp())
                 finally: os.close(sc_w)
                 argv[self._seccomp_at] = str(fds["sc_r"])
+            hide_at = [i for i, x in enumerate(self._argv) if x == "HIDE_FD"]   # never the command's own words
+            for n, (i, rel) in enumerate(zip(hide_at, self._shown)):
+                fds[f"shown{n}"] = _shown_fd(self.workspace, rel)
+                argv[i] = str(fds[f"shown{n}"])
             cgroups = self.host.new_cgroups(self.limits)
             if cgroups: argv = [self.host.dash or "/bin/sh", "-c", _JOIN, "c2-join", *[str(d / "cgroup.procs") for d in cgroups], "--", *argv]
         except BaseException:
@@ -307,14 +404,15 @@ class Sandbox:
         t0 = time.monotonic()
         try:   # close_fds: the sandbox must not inherit any descriptor of ours (a socket would be a way out)
             proc = subprocess.Popen(argv, stdin=fds["in"], stdout=fds["out_w"], stderr=fds["err_w"],
-                                    pass_fds=tuple(fds[k] for k in ("info_w", "sc_r") if k in fds), close_fds=True,
+                                    pass_fds=tuple(fds[k] for k in fds if k in ("info_w", "sc_r") or k.startswith("shown")),
+                                    close_fds=True,
                                     env=_SPAWN_ENV, start_new_session=True)
         except BaseException:
             for fd in fds.values(): os.close(fd)
             for d in cgroups: _rmdir_cgroup(d, tries=3)
             raise
-        for k in ("in", "out_w", "err_w", "info_w", "sc_r"):
-            if k in fds: os.close(fds.pop(k))
+        for k in [k for k in fds if k in ("in", "out_w", "err_w", "info_w", "sc_r") or k.startswith("shown")]:
+            os.close(fds.pop(k))
         try: return _watch(proc, fds["out_r"], fds["err_r"], fds["info_r"], t0, timeout, self.limits, cgroups)
         finally:
             for fd in fds.values():

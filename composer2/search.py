@@ -4,7 +4,8 @@
 
 # %% ../nbs/19_search.ipynb #search-13c003
 from __future__ import annotations
-import ast, hashlib, os, threading
+import ast, hashlib, os, threading, time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -12,11 +13,40 @@ from .config import C2Error
 from .paths import MAX_FILE_BYTES, list_beneath, printable, read_bytes_beneath
 
 # %% auto #0
-__all__ = ['TEXT_SUFFIXES', 'INDEX_MAX_BYTES', 'INDEX_MAX_CHUNKS', 'embedding_model', 'embed', 'Chunk', 'chunk_file', 'SearchHit',
-           'workspace_files', 'SemanticIndex']
+__all__ = ['EMBED_BATCH', 'TEXT_SUFFIXES', 'INDEX_MAX_BYTES', 'INDEX_MAX_CHUNKS', 'INDEX_MAX_NEW', 'embedding_model',
+           'embed_some', 'embed', 'Chunk', 'chunk_file', 'SearchHit', 'workspace_files', 'SemanticIndex']
+
+# %% ../nbs/19_search.ipynb #13c016a
+class _FairLock:
+    """A lock granted in the order it was asked for: a thread that releases it and asks again queues behind those
+    already waiting (a plain `Lock` may hand it straight back). `acquire` can give up at a deadline."""
+    def __init__(self): self._cond, self._queue, self._held = threading.Condition(), deque(), False
+
+    def acquire(self, deadline: float | None = None) -> bool:
+        "Take the lock in turn; False (not taken) if `deadline` (time.monotonic()) passes first."
+        me, got = object(), False
+        with self._cond:
+            self._queue.append(me)
+            try:
+                while self._held or self._queue[0] is not me:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0: return False
+                    self._cond.wait(left)
+                self._held = got = True
+                return True
+            finally:
+                self._queue.remove(me)
+                if not got: self._cond.notify_all()   # the next in line may have been waiting behind us
+
+    def release(self):
+        "Let the next in line have it."
+        with self._cond:
+            self._held = False
+            self._cond.notify_all()
 
 # %% ../nbs/19_search.ipynb #13c017
 _MODEL, _MODEL_LOCK, _EMB_CACHE, _EMB_CACHE_MAX = None, threading.RLock(), {}, 200_000
+EMBED_BATCH, _ENCODE_LOCK = 8, _FairLock()   # chunks the model encodes in one turn of the lock
 
 # %% ../nbs/19_search.ipynb #13c017-1
 def embedding_model():
@@ -32,22 +62,39 @@ def embedding_model():
     return _MODEL
 
 # %% ../nbs/19_search.ipynb #13c017-2
-def embed(texts: list[str]) -> np.ndarray:
-    "Unit-norm float32 embeddings (n, 384) of `texts`, cached by content."
+def _text_key(text: str) -> str:
+    "The embedding cache's key of `text`."
+    return hashlib.sha256(printable(text).encode("utf-8")).hexdigest()
+
+def embed_some(texts: list[str], max_new: int | None = None,
+               deadline: float | None = None) -> tuple[np.ndarray, list[int]]:
+    """Embeddings of those of `texts` already cached, plus at most `max_new` new ones (the first) embedded before
+    `deadline` (time.monotonic()), unit-norm float32 (m, 384); and their indices into `texts`, in order. The model is
+    held one batch of `EMBED_BATCH` at a time, in turn with other threads."""
     texts = [printable(t) for t in texts]   # the tokenizer takes valid UTF-8 only
-    keys = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
+    keys = [_text_key(t) for t in texts]
     with _MODEL_LOCK: have = {k: _EMB_CACHE[k] for k in keys if k in _EMB_CACHE}
-    todo = sorted({k: t for k, t in zip(keys, texts) if k not in have}.items())
-    if todo:
-        model = embedding_model()
+    todo = list({k: t for k, t in zip(keys, texts) if k not in have}.items())[:max_new]
+    model = embedding_model() if todo else None
+    for i in range(0, len(todo), EMBED_BATCH):
+        if deadline is not None and time.monotonic() >= deadline: break
+        batch = todo[i:i + EMBED_BATCH]
+        if not _ENCODE_LOCK.acquire(deadline): break
+        try:
+            vecs = model.encode([t for _, t in batch], batch_size=EMBED_BATCH, normalize_embeddings=True,
+                                convert_to_numpy=True, show_progress_bar=False).astype(np.float32)
+        finally: _ENCODE_LOCK.release()
+        new = {k: v for (k, _), v in zip(batch, vecs)}
         with _MODEL_LOCK:
-            vecs = model.encode([t for _, t in todo], batch_size=64, normalize_embeddings=True, convert_to_numpy=True,
-                                show_progress_bar=False).astype(np.float32)
-            new = {k: v for (k, _), v in zip(todo, vecs)}
             if len(_EMB_CACHE) + len(new) > _EMB_CACHE_MAX: _EMB_CACHE.clear()
             _EMB_CACHE.update(new)
         have.update(new)
-    return np.stack([have[k] for k in keys]) if keys else np.zeros((0, 384), np.float32)
+    idx = [i for i, k in enumerate(keys) if k in have]
+    return (np.stack([have[keys[i]] for i in idx]) if idx else np.zeros((0, 384), np.float32)), idx
+
+def embed(texts: list[str]) -> np.ndarray:
+    "Unit-norm float32 embeddings (n, 384) of all of `texts`, cached by content."
+    return embed_some(texts)[0]
 
 # %% ../nbs/19_search.ipynb #13c017-3
 @dataclass
@@ -116,13 +163,16 @@ def workspace_files(root: Path | str, suffixes: tuple[str, ...] | None = None, m
 
 # %% ../nbs/19_search.ipynb #13c017-8
 INDEX_MAX_BYTES, INDEX_MAX_CHUNKS = 4 << 20, 5000   # what one search embeds at most: the rest of a huge workspace is left out
+INDEX_MAX_NEW = 32   # chunks not embedded before that one search embeds at most (the next search goes on)
 
 # %% ../nbs/19_search.ipynb #13c017-9
 class SemanticIndex:
     """Embedding search over the code of a workspace; re-reads the files at each search (through `read_beneath`: no link is
-    followed, a FIFO never blocks) and re-chunks only what changed; at most `INDEX_MAX_BYTES` of text and `INDEX_MAX_CHUNKS` chunks."""
-    def __init__(self, workspace: Path | str, window: int = 40, suffixes: tuple[str, ...] = TEXT_SUFFIXES):
-        self.root, self.window, self.suffixes = Path(workspace).resolve(), window, suffixes
+    followed, a FIFO never blocks) and re-chunks only what changed; at most `INDEX_MAX_BYTES` of text and `INDEX_MAX_CHUNKS` chunks.
+    A search embeds at most `max_new` chunks not seen before."""
+    def __init__(self, workspace: Path | str, window: int = 40, suffixes: tuple[str, ...] = TEXT_SUFFIXES,
+                 max_new: int = INDEX_MAX_NEW):
+        self.root, self.window, self.suffixes, self.max_new = Path(workspace).resolve(), window, suffixes, max_new
         self._files: dict[str, tuple[str, list[Chunk]]] = {}
         self._lock = threading.Lock()
 
@@ -144,10 +194,21 @@ class SemanticIndex:
             self._files = seen
             return [c for _, cs in seen.values() for c in cs][:INDEX_MAX_CHUNKS]
 
-    def search(self, query: str, k: int = 5) -> list[SearchHit]:
-        "The `k` chunks closest to `query`, best first."
+    def search_partial(self, query: str, k: int = 5, deadline: float | None = None) -> tuple[list[SearchHit], int]:
+        """The `k` chunks closest to `query`, best first, among those embedded: the cached ones and at most `max_new`
+        more, embedded before `deadline` (time.monotonic()); and how many chunks were left out (a later search embeds
+        them). `C2Error` if the deadline passed before the query was embedded."""
         chunks = self.chunks()
-        if not chunks: return []
-        scores = embed([c.text for c in chunks]) @ embed([query])[0]
-        order = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))[:k]
-        return [SearchHit(chunks[i].path, chunks[i].start, chunks[i].end, chunks[i].title, float(scores[i])) for i in order]
+        if not chunks: return [], 0
+        q_new = _text_key(query) not in _EMB_CACHE   # the query goes first, in the same batch as the first chunks
+        vecs, idx = embed_some([query] + [c.text for c in chunks], self.max_new + q_new, deadline)
+        if not idx or idx[0] != 0: raise C2Error("no time left to embed the query")
+        q, vecs, idx = vecs[0], vecs[1:], [i - 1 for i in idx[1:]]
+        scores = vecs @ q
+        order = sorted(range(len(idx)), key=lambda j: (-scores[j], idx[j]))[:k]
+        hits = [SearchHit(c.path, c.start, c.end, c.title, float(scores[j])) for j in order for c in [chunks[idx[j]]]]
+        return hits, len(chunks) - len(idx)
+
+    def search(self, query: str, k: int = 5) -> list[SearchHit]:
+        "The `k` chunks closest to `query`, best first (of those embedded so far: see `search_partial`)."
+        return self.search_partial(query, k)[0]

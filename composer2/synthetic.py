@@ -5,13 +5,13 @@
 # %% ../nbs/24_synthetic.ipynb #synthe-14c003
 from __future__ import annotations
 import difflib, random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 from .config import C2Error, TasksConfig
 from .tasks import Task, _check_split, _split_of, estimate_tokens, lines_changed
 
 # %% auto #0
-__all__ = ['BUG_KINDS', 'TEMPLATES', 'synthetic_suite', 'long_horizon_suite']
+__all__ = ['BUG_KINDS', 'TEMPLATES', 'N_HIDDEN', 'synthetic_suite', 'long_horizon_suite']
 
 # %% ../nbs/24_synthetic.ipynb #14c008
 BUG_KINDS = ["operator", "constant", "comparison", "return", "missing"]
@@ -160,6 +160,7 @@ class _Made:
     bad: str           # source as shipped (== good for distractors)
     asserts: list[str]
     doc: str
+    hidden: list[tuple[str, str]] = field(default_factory=list)   # (call, repr of the answer): the judge's held-out tests
 
 # %% ../nbs/24_synthetic.ipynb #14c010-5
 def _make_fn(r, tmpl, name, kind=None, n_asserts=3) -> _Made | None:
@@ -179,7 +180,32 @@ def _make_fn(r, tmpl, name, kind=None, n_asserts=3) -> _Made | None:
     order = caught[:1] + r.sample([j for j in range(len(fn.inputs)) if j not in caught[:1]], len(fn.inputs) - len(caught[:1]))
     pick = sorted(order[:n_asserts])
     asserts = [f"assert {name}({', '.join(map(repr, fn.inputs[j]))}) == {want[j]!r}" for j in pick]
-    return _Made(name, tmpl.__name__[3:], kind if bad != good else None, good, bad, asserts, fn.doc)
+    hidden = _hidden(name, good, fn.inputs, lambda src, i: _call(name, fn, src, i))
+    return _Made(name, tmpl.__name__[3:], kind if bad != good else None, good, bad, asserts, fn.doc, hidden)
+
+# %% ../nbs/24_synthetic.ipynb #4d8ec039
+N_HIDDEN = 4   # held-out calls per function
+
+def _perturb(r: random.Random, x):
+    "An input near `x`: a number moved by a few steps, a string or list redrawn (a list may grow by one item)."
+    if isinstance(x, bool): return r.random() < 0.5
+    if isinstance(x, int): return x + r.choice([-3, -2, -1, 1, 2, 3, 5, 8])
+    if isinstance(x, str): return "".join(r.choice("abcdefghxyz") for _ in range(r.randint(0, 5)))
+    if isinstance(x, list): return [_perturb(r, y) for y in x] + ([r.randint(-5, 15)] if r.random() < 0.5 else [])
+    return x
+
+def _hidden(name: str, good: str, inputs: list[tuple], run, n: int = N_HIDDEN) -> list[tuple[str, str]]:
+    """`n` held-out (call, repr of the answer) pairs for function `name` of source `good`: new inputs near `inputs`, none of
+    them one of `inputs`, each one the correct function answers without raising (`run(src, inp)` computes it)."""
+    r, out, seen = random.Random(f"hidden:{name}:{good}"), [], set(map(repr, inputs))
+    for _ in range(50 * n):
+        if len(out) == n: break
+        inp = tuple(_perturb(r, x) for x in r.choice(inputs))
+        want = run(good, inp)
+        if repr(inp) in seen or isinstance(want, type): continue
+        seen.add(repr(inp))
+        out.append((f"{name}({', '.join(map(repr, inp))})", repr(want)))
+    return out
 
 # %% ../nbs/24_synthetic.ipynb #14c013-7
 _BUG_PROMPTS = ["tests fail in {mod}.py, fix it", "fix {fn} in {mod}.py", "{fn}() returns wrong values", "`{cmd}` fails. fix the bug",
@@ -238,6 +264,7 @@ def _synthetic_task(c: TasksConfig, r: random.Random) -> Task:
     else: prompt = r.choice(_BUG_PROMPTS).format(fn=b.name, mod=where[b.name], cmd=f"python3 test_{where[b.name]}.py")
     must_read = [f"{m}.py" for m in bug_mods] + [f"test_{m}.py" for m in bug_mods]
     meta = dict(kind=b.kind, kinds=[f.kind for f in bugs], modules=[f"{m}.py" for m in mods], bug_functions=[f.name for f in bugs],
+                hidden_tests=[{"module": where[f.name], "call": c, "want": w} for f in fns for c, w in f.hidden],
                 templates=[f.template for f in fns], lines_changed=lines_changed(files, solution), must_read=must_read,
                 n_files=c.n_files, n_distractors=c.n_distractors, lines_to_change=c.lines_to_change)
     return Task("", "synthetic", "", prompt, files, cmd, solution, meta)
@@ -304,7 +331,7 @@ def _make_cfg_fn(r, tmpl, name, consts, bug: bool) -> _Made:
     caught = [j for j, i in enumerate(fn.inputs) if run(bad, i) != want[j]]
     assert caught or not bug, (tmpl.__name__, bad)
     asserts = [f"assert {name}({', '.join(map(repr, i))}) == {w!r}" for i, w in zip(fn.inputs, want)]
-    return _Made(name, tmpl.__name__, "config" if bug else None, good, bad, asserts, fn.doc)
+    return _Made(name, tmpl.__name__, "config" if bug else None, good, bad, asserts, fn.doc, _hidden(name, good, fn.inputs, run))
 
 # %% ../nbs/24_synthetic.ipynb #14c016-4
 def _run_with(env, src, name, inp):
@@ -375,6 +402,7 @@ def _long_task(c: TasksConfig, r: random.Random, context_tokens: int, factor: fl
         files, sol = render()
     files["README.md"] = sol["README.md"] = readme
     meta = dict(kind="long_horizon", kinds=[f.kind for _, f in bugs], modules=[f"{m}.py" for m in mods],
+                hidden_tests=[{"module": m, "call": c, "want": w} for m in mods for f in content[m] for c, w in f.hidden],
                 bug_functions=[f.name for _, f in bugs], checklist=items, constants=consts, must_read=must_read,
                 lines_changed=lines_changed(files, sol), min_context_tokens=need(files), context_tokens=context_tokens,
                 n_files=len(files), n_distractors=c.n_distractors, lines_to_change=len(bugs))

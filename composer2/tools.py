@@ -7,6 +7,7 @@ from __future__ import annotations
 import os, stat, threading, time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from .config import C2Error
 from .search import SemanticIndex
@@ -14,7 +15,7 @@ from .docs import docs_search
 from .protocol import ToolCall, ToolResult, check_arguments, parse_turn
 
 # %% auto #0
-__all__ = ['SEQUENTIAL_TOOLS', 'GREP_MAX_BYTES', 'ToolError', 'compile_pattern', 'Toolbox']
+__all__ = ['SEQUENTIAL_TOOLS', 'GREP_MAX_BYTES', 'TODO_MAX_ITEMS', 'ToolError', 'compile_pattern', 'Toolbox']
 
 # %% ../nbs/21_tools.ipynb #13c015
 import re2
@@ -36,6 +37,7 @@ def _cap(text: str, limit: int) -> str:
 SEQUENTIAL_TOOLS = {"edit_file", "write_file", "todo", "finish"}
 _RE2_OPTIONS = re2.Options(); _RE2_OPTIONS.log_errors = False   # a bad pattern is the model's error, not a log line
 GREP_MAX_BYTES = 32 << 20   # what one grep reads at most (a workspace of huge files is searched in part)
+TODO_MAX_ITEMS = 1000       # to-do items one episode's list may hold
 
 # %% ../nbs/21_tools.ipynb #13c022-2
 def compile_pattern(pattern: str):
@@ -148,11 +150,16 @@ class Toolbox:
         if self.sandbox is None: raise ToolError("the shell is not available in this environment")
         if timeout is not None and not timeout > 0: raise ToolError("timeout must be > 0 seconds")
         t = min(timeout, self.max_shell_timeout) if timeout else getattr(getattr(self.sandbox, "limits", None), "timeout", self.max_shell_timeout)
-        if self.deadline is not None:   # the episode's budget bounds every command
-            left = self.deadline - time.monotonic()
-            if left <= 0.05: raise ToolError("the episode's time is up")
-            t = min(t, left)
-        r = self.sandbox.run(command, timeout=t)
+        with ExitStack() as held:
+            host = getattr(self.sandbox, "host", None)   # a real sandbox: its slot is waited for within the deadline
+            if hasattr(host, "slot"):
+                try: held.enter_context(host.slot(self.sandbox.limits, self.deadline))
+                except C2Error: raise ToolError("the episode's time is up (waiting for a sandbox slot)") from None
+            if self.deadline is not None:   # the episode's budget bounds every command
+                left = self.deadline - time.monotonic()
+                if left <= 0.05: raise ToolError("the episode's time is up")
+                t = min(t, left)
+            r = self.sandbox.run(command, timeout=t)
         head = f"exit code {r.returncode}"
         if r.timed_out: head += f" (timed out after {r.wall_s:.1f} s)"
         elif r.killed_by: head += f" (killed: {r.killed_by})"
@@ -185,26 +192,36 @@ class Toolbox:
 
     def _semantic_search(self, query: str, k: int = 5) -> str:
         if not query.strip(): raise ToolError("the query is empty")
+        if self.deadline is not None and self.deadline - time.monotonic() <= 0.05:
+            raise ToolError("the episode's time is up")
         if self.search_index is None:
             with self._lock:
                 if self.search_index is None: self.search_index = SemanticIndex(self.workspace)
-        hits = self.search_index.search(query, max(1, min(k, 20)))
-        return "\n".join(map(str, hits)) if hits else "no code to search"
+        hits, left = self.search_index.search_partial(query, max(1, min(k, 20)), self.deadline)
+        out = "\n".join(map(str, hits)) if hits else "no code searched yet" if left else "no code to search"
+        if left:
+            out += (f"\n[{left} chunks not searched yet: a search embeds at most {self.search_index.max_new} new "
+                    f"chunks, and none past the episode's deadline; search again to cover more]")
+        return out
 
     def _docs_search(self, query: str, k: int = 5) -> str:
-        "The standard library's documentation (`composer2.docs`): cited snippets, read on the host, never the workspace."
+        """The standard library's documentation (`composer2.docs`): cited snippets, read on the host, never the workspace,
+        and nothing of what the sandbox hides (the originals of the task's own modules)."""
         if not query.strip(): raise ToolError("the query is empty")
-        return docs_search(query, max(1, min(k, 20)))
+        return docs_search(query, max(1, min(k, 20)), hidden=getattr(self.sandbox, "hidden", ()))
 
     def _todo(self, add: list[str] | None = None, complete: list[int] | None = None) -> str:
         add, complete = add or [], complete or []
         if any(not t.strip() for t in add): raise ToolError("a to-do item needs text")
-        ids = {t["id"] for t in self.todos} | set(range(len(self.todos) + 1, len(self.todos) + len(add) + 1))
-        if missing := [i for i in complete if i not in ids]:
-            raise ToolError(f"no to-do item {missing[0]} (items are numbered 1..{len(ids)})")
+        if len(self.todos) + len(add) > TODO_MAX_ITEMS:
+            raise ToolError(f"the to-do list holds at most {TODO_MAX_ITEMS} items ({len(self.todos)} now): "
+                            "complete or reword the ones there")
+        last = len(self.todos) + len(add)   # items are numbered 1..last: their id is their place in the list
+        missing = next((i for i in complete if not (isinstance(i, int) and 1 <= i <= last)), None)
+        if missing is not None:
+            raise ToolError(f"no to-do item {missing} (items are numbered 1..{last})")
         for t in add: self.todos.append(dict(id=len(self.todos) + 1, text=printable(t.strip()), done=False))
-        for t in self.todos:
-            if t["id"] in complete: t["done"] = True
+        for i in set(complete): self.todos[i - 1]["done"] = True
         return "\n".join(f"[{'x' if t['done'] else ' '}] {t['id']}. {t['text']}" for t in self.todos) or "the to-do list is empty"
 
     def _finish(self, message: str) -> str:

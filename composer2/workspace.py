@@ -7,7 +7,7 @@ from __future__ import annotations
 import atexit, ctypes, errno, os, re, shutil, tempfile, threading, time
 from pathlib import Path
 from .config import C2Error, SandboxConfig
-from .paths import SANDBOX_UID, _AS_ROOT, _encode, _parts, _relative, _write_all
+from .paths import SANDBOX_UID, _AS_ROOT, Walk, _encode, _parts, _relative, _remove_at, _write_all
 
 # %% auto #0
 __all__ = ['give_to_sandbox', 'default_root', 'make_workspace', 'workspace_is_capped', 'remove_workspace']
@@ -38,13 +38,26 @@ def _mounts_under(d: Path | str) -> list[str]:
         if mp == d or mp.startswith(d + "/"): out.append(mp)
     return sorted(out, key=len, reverse=True)
 
+# %% ../nbs/15_workspace.ipynb #12c016-3a
+def _remove_tree(d: Path | str, ignore_errors: bool = True) -> None:
+    """Remove `d` whatever it is -- a directory tree of any depth, a file, a link (never followed) -- by descriptor
+    (`composer2.paths._remove_at`: iterative, a couple of descriptors held); errors ignored if `ignore_errors`."""
+    d = Path(d)
+    try:
+        dfd = os.open(d.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try: _remove_at(dfd, d.name)
+        finally: os.close(dfd)
+    except FileNotFoundError: pass
+    except OSError:
+        if not ignore_errors: raise
+
 # %% ../nbs/15_workspace.ipynb #12c016-4
 def _rmtree_mounted(d: Path | str) -> bool:
     """Remove `d`, detaching whatever is mounted at or below it first (a tmpfs is freed once the last sandbox using it
     is gone). Never deletes through a mount: if one cannot be detached, `d` is left alone (False)."""
     for mp in _mounts_under(d): _umount(mp)
     if _mounts_under(d): return False
-    shutil.rmtree(d, ignore_errors=True)
+    _remove_tree(d)
     return True
 
 # %% ../nbs/15_workspace.ipynb #12c016-5
@@ -84,14 +97,17 @@ def _sweep_cgroups():
 
 # %% ../nbs/15_workspace.ipynb #12c016-9
 def give_to_sandbox(workspace: Path | str) -> None:
-    "Make everything in `workspace` belong to the sandbox user (no-op unless we are root); symlink-safe (fwalk)."
+    """Make everything in `workspace` belong to the sandbox user (no-op unless we are root), walked by descriptor
+    (`composer2.paths.Walk`: links never followed, a few descriptors held; nothing below `MAX_WALK_DEPTH` levels is
+    touched -- the host-side tools make what they write the sandbox user's as they write it)."""
     if not _AS_ROOT: return
     u = SANDBOX_UID
     if os.stat(workspace, follow_symlinks=False).st_uid != u: os.chown(workspace, u, u, follow_symlinks=False)
-    for _, dirs, files, dfd in os.fwalk(workspace, follow_symlinks=False):
+    for _, dfd, dirs, files in Walk(workspace):
         for name in dirs + files:
             try:
-                if os.stat(name, dir_fd=dfd, follow_symlinks=False).st_uid != u: os.chown(name, u, u, dir_fd=dfd, follow_symlinks=False)
+                if os.stat(name, dir_fd=dfd, follow_symlinks=False).st_uid != u:
+                    os.chown(name, u, u, dir_fd=dfd, follow_symlinks=False)
             except FileNotFoundError: pass   # removed meanwhile by a running command
 
 # %% ../nbs/15_workspace.ipynb #12c016-10
@@ -173,9 +189,10 @@ def workspace_is_capped(path: Path | str) -> bool:
 
 # %% ../nbs/15_workspace.ipynb #12c016-16
 def remove_workspace(path: Path | str) -> None:
-    "Delete a workspace made by `make_workspace` (idempotent; never follows symlinks out of it; unmounts its tmpfs)."
+    """Delete a workspace made by `make_workspace` (idempotent; never follows symlinks out of it; unmounts its tmpfs;
+    a tree of any depth)."""
     p = Path(path)
     if not p.name.startswith("ws-"): raise C2Error(f"{p} is not a workspace made by make_workspace")
     if not p.exists() and not p.is_symlink(): return
     _rmtree_mounted(p)
-    if p.exists(): shutil.rmtree(p)   # what is left is an error worth seeing
+    if p.exists() or p.is_symlink(): _remove_tree(p, ignore_errors=False)   # what is left is an error worth seeing

@@ -151,7 +151,7 @@ def test_long_horizon_runner_cannot_be_faked(host):
     assert judge_spec(t)["tests"] == sorted(p for p in t.files if p.startswith("test_"))
     assert not judged(t, {"run_tests.py": "print('all tests passed')\n"}).solved
     v = judged(t, {"run_tests.py": "print('all tests passed')\n"}, fix=True)   # restored, and not what decides
-    assert v.solved and len(v.expected) == len(judge_spec(t)["tests"]), v.reason
+    assert v.solved and len(v.expected) == len(judge_spec(t)["tests"]) + len(t.meta["hidden_tests"]), v.reason
 
 def _fake_test_module(t) -> str:
     "A module with the same test classes and names as the real test file, every test passing."
