@@ -11,6 +11,7 @@ from .config import C2Error, Config, Preempted, atomic_write, read_jsonl, to_yam
 from .sync import Reconciler, publishable
 from .objectives import best_of_k_curve
 from .train import read_torch
+from .runner import open_run
 from .actors import POLL_S, RolloutWorkerImpl, TrainerImpl, build_policy
 
 # %% auto #0
@@ -339,10 +340,12 @@ def _step_row(step: int, groups: list, m: dict, timing: dict, stats: list[dict],
 
 # %% ../nbs/34_async_rl.ipynb #15c032
 def run_rl(cfg: Config, progress: bool = True) -> dict:
-    "Run (or resume, or skip if done) the RL run of `cfg`; return its summary."
+    """Run (or resume, or skip if done) the RL run of `cfg`; return its summary. A run trained at other code than the
+    library's now is trained again, unless `C2_REUSE_STALE=1` (`composer2.runner.open_run` records the code)."""
     import ray
     from tqdm import tqdm
     r, out = cfg.rl, run_dir(cfg)
+    open_run(out)
     if (out / "done.json").exists(): return {**json.loads((out / "done.json").read_text()), "skipped": True}
     run = _prepare_run(cfg, out)
     start, pool, model_cfg = run["start"], run["pool"], run["model_cfg"]

@@ -4,17 +4,17 @@
 
 # %% ../nbs/36_cli.ipynb #23c003
 from __future__ import annotations
-import argparse, errno, json, platform, shutil, subprocess, sys, time
+import argparse, errno, json, os, platform, shutil, subprocess, sys, time
 from importlib import metadata
 from pathlib import Path
 from .config import LEVELS, STAGES, SUITES, TASK_SPLITS, C2Error, Preempted, atomic_write, load_config, to_yaml
-from .runner import StudyFailed
+from .runner import REUSE_STALE, StudyFailed
 
 # %% auto #0
-__all__ = ['system_info', 'cmd_info', 'cmd_config', 'cmd_data_build', 'copy_line', 'cmd_train', 'cmd_generate', 'cmd_pretrain',
-           'cmd_rl', 'cmd_reproduce', 'cmd_study_list', 'cmd_study_run', 'cmd_study_submit', 'cmd_study_status',
-           'cmd_study_index', 'cmd_tasks_stats', 'cmd_tasks_oracle', 'cmd_tasks_show', 'parser', 'main',
-           'cmd_tasks_eval', 'cmd_export', 'cmd_import']
+__all__ = ['REUSE_HELP', 'system_info', 'cmd_info', 'cmd_config', 'cmd_data_build', 'copy_line', 'cmd_train', 'cmd_generate',
+           'cmd_pretrain', 'cmd_rl', 'cmd_reproduce', 'cmd_study_list', 'cmd_study_run', 'cmd_study_submit',
+           'cmd_study_status', 'cmd_study_index', 'cmd_tasks_stats', 'cmd_tasks_oracle', 'cmd_tasks_show', 'parser',
+           'main', 'cmd_tasks_eval', 'cmd_export', 'cmd_import']
 
 # %% ../nbs/36_cli.ipynb #23c004
 def _version(pkg):
@@ -62,6 +62,15 @@ def _add_config_args(p):
 
 # %% ../nbs/36_cli.ipynb #23c008-1
 def _cfg(a): return load_config(a.scale, a.config, a.overrides)
+
+# %% ../nbs/36_cli.ipynb #23c008-1r
+REUSE_HELP = (f"reuse cached training (pretraining stages, RL runs) trained at other library code than the "
+              f"current, saying which (the same as {REUSE_STALE}=1); by default such a run is moved aside to .stale/ "
+              "and trained again")
+
+def _add_reuse_arg(p):
+    "`--reuse-stale` (`REUSE_HELP`), for the commands that train or run studies; `main` sets `$C2_REUSE_STALE` from it."
+    p.add_argument("--reuse-stale", action="store_true", help=REUSE_HELP)
 
 # %% ../nbs/36_cli.ipynb #23c008-2
 def cmd_info(a):
@@ -252,12 +261,14 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--force", action="store_true", help="rebuild even if cached"); q.set_defaults(fn=cmd_data_build)
     p = sub.add_parser("train", help="train the MoE on the code corpus (the pretraining pipeline's quick path)"); _add_config_args(p)
     p.add_argument("--out", default=None, help="run directory (default: train.out)"); p.set_defaults(fn=cmd_train)
+    _add_reuse_arg(p)
     p = sub.add_parser("generate", help="sample from a checkpoint"); _add_config_args(p)
     p.add_argument("--checkpoint", required=True); p.add_argument("--prompt", default="def ")
     p.add_argument("-n", type=int, default=1, help="number of samples"); p.set_defaults(fn=cmd_generate)
     p = sub.add_parser("pretrain", help="one stage of the staged pretraining pipeline (report section 3)"); _add_config_args(p)
     p.add_argument("--stage", required=True, choices=STAGES)
     p.add_argument("--level", default=None, choices=[*LEVELS, "all"], help="compute level of the cpt stage")
+    _add_reuse_arg(p)
     p.set_defaults(fn=cmd_pretrain)
     p = sub.add_parser("export", help="a checkpoint as a Hugging Face directory that transformers loads offline"); _add_config_args(p)
     p.add_argument("--checkpoint", required=True); p.add_argument("--out", required=True, help="a new directory")
@@ -266,7 +277,7 @@ def parser() -> argparse.ArgumentParser:
     _add_config_args(p); p.add_argument("--hf", required=True, metavar="DIR")
     p.add_argument("--out", required=True, help="the checkpoint to write (.pt)"); p.set_defaults(fn=cmd_import)
     p = sub.add_parser("rl", help="asynchronous RL on Ray from the SFT checkpoint (report section 4); rl.mode=sync for the baseline")
-    _add_config_args(p); p.set_defaults(fn=cmd_rl)
+    _add_config_args(p); _add_reuse_arg(p); p.set_defaults(fn=cmd_rl)
     p = sub.add_parser("tasks", help="the agent task suites: statistics, the oracle's solved rate, one task")
     tsub = p.add_subparsers(dest="tasks_cmd", required=True, metavar="ACTION")
     def tasks_args(q, n=True):
@@ -292,6 +303,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="run every registered study at a scale and rebuild the results index")
     p.add_argument("--scale", default="cpu", help="smoke, cpu or gpu (default: cpu)")
     p.add_argument("--executor", default="local", help="local (this process, the default) or slurm")
+    _add_reuse_arg(p)
     p.set_defaults(fn=cmd_reproduce)
     p = sub.add_parser("study", help="studies: papermill notebooks that reproduce the report's figures")
     ssub = p.add_subparsers(dest="study_cmd", required=True, metavar="ACTION")
@@ -301,6 +313,7 @@ def parser() -> argparse.ArgumentParser:
         q.add_argument("--scale", default="cpu", help="smoke, cpu or gpu (default: cpu)")
         q.add_argument("--out", default=None, help="output dir (default: studies/results/NAME/SCALE)")
         q.add_argument("-p", "--param", action="append", default=[], metavar="key=value", help="a notebook parameter (repeatable)")
+        _add_reuse_arg(q)
     q = ssub.add_parser("run", help="execute a study notebook here with papermill"); study_args(q); q.set_defaults(fn=cmd_study_run)
     q = ssub.add_parser("submit", help="submit a study (or a sweep: one Slurm job array) through submitit"); study_args(q)
     q.add_argument("--executor", default="local", help="local (a subprocess, the default) or slurm")
@@ -332,6 +345,7 @@ def main(argv=None):
         if not hasattr(a, "overrides") or any(x.startswith("-") for x in extra):
             ap.error(f"unrecognized arguments: {' '.join(extra)}")
         a.overrides += extra
+    if getattr(a, "reuse_stale", False): os.environ[REUSE_STALE] = "1"   # read by `open_run`, here and in a kernel
     try: a.fn(a)
     except Preempted as e:   # a checkpoint was saved: the same command resumes (75: EX_TEMPFAIL, Slurm requeues on it)
         print(f"c2: {e}", file=sys.stderr); sys.exit(75)

@@ -16,6 +16,7 @@ from .config import LEVELS, STAGES, C2Error, Config, Preempted, atomic_write, to
 from .data import DataDir, PAD_ID, open_data
 from .model import MoETransformer, training_loss
 from .protocol import SYSTEM_PROMPT, Message, Transcript, context_segments, format_tool_call
+from .runner import open_run
 from .train import build_model, codebase_nll, copy_nll, load_checkpoint, lr_at, read_torch, save_checkpoint
 
 # %% auto #0
@@ -342,7 +343,9 @@ def _trainer(cfg: Config, out: Path, plan: StagePlan, cb: StageCallback, progres
 def run_plan(cfg: Config, plan: StagePlan, out: Path, data: DataDir | None = None, progress: bool = True, minutes: float = 0.0) -> dict:
     """Run (or resume, or skip if done) `plan` into `out`; return its summary, `done.json`. With `minutes` > 0 the run
     stops when that much time is up, and its summary says so: `stopped_early` (the schedule, sized to `plan.steps`,
-    never finished decaying, and the result depends on the machine's speed)."""
+    never finished decaying, and the result depends on the machine's speed). A run in `out` trained at other code than
+    the library's now is trained again, unless `C2_REUSE_STALE=1` (`composer2.runner.open_run` records the code)."""
+    open_run(out)
     if (out / "done.json").exists():
         return {**json.loads((out / "done.json").read_text()), "skipped": True}
     data = data or open_data(cfg)

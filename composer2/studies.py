@@ -13,9 +13,9 @@ from .config import C2Error, atomic_write, load_config, repo_root, to_yaml
 # %% auto #0
 __all__ = ['STUDIES', 'SCALES', 'RESERVED', 'RUN_PLACES', 'PIPELINE_SECTIONS', 'Study', 'studies_dir', 'results_root', 'jobs_dir',
            'get_study', 'study_scales', 'notebook_parameters', 'coerce_param', 'split_assignment', 'config_override',
-           'load_scale', 'resolve_params', 'claim', 'write_results', 'cached_seconds', 'load_results', 'save_figure',
-           'set_theme', 'Checkpoint', 'paired_bootstrap', 'slope_interval', 'run_key', 'study_runs', 'config_key',
-           'pipeline_key']
+           'load_scale', 'resolve_params', 'claim', 'note_training', 'training_runs', 'write_results', 'cached_seconds',
+           'load_results', 'save_figure', 'set_theme', 'Checkpoint', 'paired_bootstrap', 'slope_interval', 'run_key',
+           'study_runs', 'config_key', 'pipeline_key', 'code_digest']
 
 # %% ../nbs/08_studies.ipynb #08c005
 @dataclass(frozen=True)
@@ -226,15 +226,35 @@ def _jsonable(o):
 def _write_json(path: Path, obj):
     atomic_write(path, json.dumps(_jsonable(obj), indent=1) + "\n")
 
+# %% ../nbs/08_studies.ipynb #08c011-tr
+_TRAINING: dict[str, dict] = {}   # the cached training runs this process used: {folder: provenance record}
+
+def note_training(run, record: dict):
+    """Count the cached training run in folder `run`, with its provenance `record`, among those this process used:
+    `composer2.runner.open_run` does for every pretraining stage, `c2 train` run and RL run it opens. A study that
+    caches training some other way calls `open_run` (or this) on its folder, so that `write_results` lists it."""
+    p = Path(run).resolve()
+    try: p = p.relative_to(repo_root())
+    except ValueError: pass
+    _TRAINING[p.as_posix()] = dict(record)
+
+def training_runs() -> list[dict]:
+    """The cached training runs this process trained, resumed or found done so far (`note_training`), each as
+    {run: its folder (relative to the checkout when inside it), **its provenance record}: the `training` list
+    `write_results` puts in a study's `results.json`."""
+    return [{"run": k, **v} for k, v in _TRAINING.items()]
+
 # %% ../nbs/08_studies.ipynb #08c011-4
 def write_results(out_dir, study: str, scale: str, metrics: dict, claims: list[dict], cached_s: float = 0.0, **extra) -> Path:
     """Write `results.json` of a study run: metrics and claims (the runner adds params, versions, device, wall time).
     `cached_s`: seconds of training this run found done in the study's run cache (`cached_seconds`), which a run on a
-    fresh machine pays on top of this one's wall time -- the runner's `scratch_s`, what `reproduce` plans with."""
+    fresh machine pays on top of this one's wall time -- the runner's `scratch_s`, what `reproduce` plans with.
+    `training`: the cached training runs the study used, each with the code and machine it was trained at
+    (`training_runs`), which the index checks against the code now."""
     get_study(study)
     path = Path(out_dir) / "results.json"
     _write_json(path, {"study": study, "scale": scale, "status": "ok", "metrics": metrics, "claims": claims,
-                       "cached_s": round(float(cached_s), 1), **extra})
+                       "cached_s": round(float(cached_s), 1), "training": training_runs(), **extra})
     return path
 
 # %% ../nbs/08_studies.ipynb #08c011-4c
@@ -326,8 +346,8 @@ def study_runs(name: str, key: str) -> Path:
     """Where study `name` keeps the training runs made from the settings hashed in `key` (`run_key`):
     `$C2_RUNS/studies/NAME/KEY`, else `runs/studies/NAME/KEY` of the checkout. One place for every output folder of the
     study -- a sweep's arms, a rerun into another `--out` -- so a pretraining stage or an RL run is trained once per
-    settings and a killed one resumes. Keys hold settings, not code: after changing the library, delete the folder to
-    retrain."""
+    settings and a killed one resumes. Keys hold settings, not code: each run records the `code_digest` it was trained
+    at, and one trained at other code is trained again when it is next opened (`composer2.runner.open_run`)."""
     get_study(name)
     root = Path(os.environ["C2_RUNS"]).expanduser() if os.environ.get("C2_RUNS") else repo_root() / "runs"
     return (root / "studies" / name / key).resolve()
@@ -359,3 +379,18 @@ def pipeline_key(cfg, *extra) -> str:
     `pretrain.sft_oracle` train tasks whatever the split's size. RL runs of every setting start from the stages under
     one key."""
     return config_key(cfg, [*PIPELINE_SECTIONS, *extra], exclude=["tasks.n_train", "tasks.n_eval"])
+
+# %% ../nbs/08_studies.ipynb #b0c7e1a8
+def code_digest(pkg=None) -> str:
+    """A digest of the library code a run executes: every `.py` file of the composer2 package (`pkg`, default the one
+    imported) but `_modidx.py` (nbdev's index, not code), by sorted path, each path and content length-prefixed. The
+    whole package rather than the modules a run imports -- the simplest honest choice: an edit anywhere, a comment
+    included, counts as new code, so a cached run is never reused across a change that could matter. 16 hex digits."""
+    import composer2
+    root, h = Path(pkg or Path(composer2.__file__).parent), hashlib.sha256()
+    for rel in sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py") if "__pycache__" not in p.parts):
+        if rel == "_modidx.py": continue
+        for field in (rel.encode(), (root / rel).read_bytes()):
+            h.update(len(field).to_bytes(8, "little"))
+            h.update(field)
+    return h.hexdigest()[:16]

@@ -4,6 +4,7 @@ import json, signal, subprocess, time
 import pytest, torch
 from conftest import C2, ROOT, c2, one_line_error
 from composer2.pretrain import read_losses
+from composer2.runner import open_run
 
 STEPS = 24
 def args(runs, data, *extra):
@@ -63,7 +64,8 @@ def test_missing_predecessor_and_bad_checkpoints(smoke_data, tmp_path):
     (base / "final.pt").write_bytes(b"\0garbage")
     r = c2("pretrain", "--stage", "cpt", "--level", "small", "--scale", "smoke", f"data.dir={smoke_data}", f"pretrain.runs={tmp_path}")
     one_line_error(r, "final.pt is unreadable")
-    cpt = tmp_path / "smoke" / "cpt-small"; cpt.mkdir(parents=True, exist_ok=True)
+    cpt = tmp_path / "smoke" / "cpt-small"
+    open_run(cpt)                                 # a run started at the code now (one with no record would be trained again)
     (cpt / "last.ckpt").write_bytes(b"\0garbage")
     r = c2("pretrain", "--stage", "cpt", "--level", "small", "--scale", "smoke", f"data.dir={smoke_data}", f"pretrain.runs={tmp_path}")
     one_line_error(r, "last.ckpt is unreadable", "delete it to restart the stage")

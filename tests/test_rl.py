@@ -86,7 +86,9 @@ def test_async_sigkill_then_rerun_trains_every_prompt_once(smoke_data, tmp_path)
 
 def test_bad_state_is_one_line(smoke_data, tmp_path):
     import torch
-    run = tmp_path / "smoke" / "async"; run.mkdir(parents=True)
+    from composer2.runner import open_run
+    run = tmp_path / "smoke" / "async"
+    open_run(run)                                 # a run started at the code now (one with no record would be trained again)
     torch.save({"version": 1, "pool": []}, run / "checkpoint.pt")   # a valid torch file, not a whole RL checkpoint
     one_line_error(c2(*args(tmp_path, smoke_data)), "not a complete RL checkpoint", "reconciler", "delete it")
     (run / "checkpoint.pt").write_bytes(b"PK\x03\x04 torn")
