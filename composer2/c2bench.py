@@ -352,7 +352,8 @@ def _edits_task(rec: dict, sources: dict[str, str], manifest: dict) -> Task:
     if {p: _sha(t) for p, t in new.items()} != rec["mutated_sha256"]: raise C2Error(f"c2bench task {rec['id']} does not rebuild from its record")
     meta = {k: rec[k] for k in ("module", "qualname", "category", "kind", "names", "lineno", "lines_changed", "lines_added",
                                 "lines_removed", "files_changed", "hint", "n_failing", "failing_tests", "first_error")}
-    meta.update(version=manifest["version"], python=manifest["python"]["version"], failing_tests=_test_ids(rec["failing_tests"]))
+    meta.update(version=manifest["version"], python=manifest["python"]["version"])
+    meta.update(failing_tests=_test_ids(rec["failing_tests"]))
     return Task(rec["id"], "c2bench", rec["split"], rec["prompt"], {**files, **new}, unit["test_cmd"], {p: files[p] for p in new}, meta)
 
 # %% ../nbs/27_c2bench.ipynb #72b0e35f

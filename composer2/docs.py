@@ -94,7 +94,7 @@ class DocsIndex:
             for w in c: self.postings.setdefault(w, []).append(i)
 
     def search(self, query: str, k: int = 5, skip: frozenset[str] = frozenset()) -> list[DocEntry]:
-        "The `k` best entries for `query` (none when no word of it is indexed), leaving out those defined in a `skip` path."
+        "The `k` best entries for `query` (none when no word of it is indexed), but none defined in a `skip` path."
         scores: Counter = Counter()
         for w in set(doc_words(query)):
             idf = self.idf.get(w)

@@ -49,7 +49,8 @@ def judge_spec(task: Task) -> dict:
     spec.setdefault("fresh", sorted({p.split("/")[0].removesuffix(".py") for p in task.files if p.endswith(".py") or "/" in p}))
     spec.setdefault("hashseed", int(m.group(1)) if (m := re.search(r"PYTHONHASHSEED=(\d+)", task.test_cmd)) else 0)
     spec.setdefault("trusted", protected_files(task))
-    spec.setdefault("probes", [[h["module"], h["call"]] for h in task.meta.get("hidden_tests", [])] if spec["kind"] == "scripts" else [])
+    hidden = task.meta.get("hidden_tests", []) if spec["kind"] == "scripts" else []
+    spec.setdefault("probes", [[h["module"], h["call"]] for h in hidden])
     return spec
 
 # %% ../nbs/25_judge.ipynb #15c005-2
@@ -61,8 +62,8 @@ def judge_spec(task: Task) -> dict:
 # and, through an audit hook installed before the workspace's first line runs, the introspection it used (`AUDITED`,
 # frame attributes, ctypes, compiling under a borrowed file name). Hidden tests (`meta['hidden_tests']`) send only
 # their calls: the runner returns each value, and the judge, outside the sandbox, compares it with the answer.
-AUDITED = ("sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "gc.get_objects", "gc.get_referrers",
-           "gc.get_referents", "code.__new__", "sys.addaudithook")
+AUDITED = ("sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "gc.get_objects",
+           "gc.get_referrers", "gc.get_referents", "code.__new__", "sys.addaudithook")
 JUDGE_RUNNER = r'''import os, sys
 
 def _c2_judge():
@@ -87,9 +88,10 @@ def _c2_judge():
     frame_attrs = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals", "f_globals"))
     def audit(event, args):
         if busy[0]: return
-        if not (event in watched or event.startswith("ctypes.")
-                or (event == "object.__getattr__" and len(args) > 1 and args[1] in frame_attrs)
-                or (event == "compile" and len(args) > 1 and isinstance(args[1], str) and not args[1].startswith(("<", here)))):
+        named = event == "compile" and len(args) > 1 and isinstance(args[1], str)
+        borrowed = named and not args[1].startswith(("<", here))
+        frame = event == "object.__getattr__" and len(args) > 1 and args[1] in frame_attrs
+        if not (event in watched or event.startswith("ctypes.") or frame or borrowed):
             return
         busy[0] = True
         try:
@@ -133,7 +135,9 @@ def _c2_judge():
     # what Python and unittest themselves set on these objects while tests run: not the code under test's doing
     quiet = {"__warningregistry__", "tearDown_exceptions", "_classSetupFailed", "_class_cleanups"}
     snap = lambda objs: {(i, k): id(v) for i, o in enumerate(objs) for k, v in list(vars(o).items()) if k not in quiet}
-    diff = lambda a, b, objs: sorted(f"{getattr(objs[i], '__name__', i)}.{k}" for (i, k) in a.keys() | b.keys() if a.get((i, k)) != b.get((i, k)))
+    def diff(a, b, objs):
+        moved = [(i, k) for (i, k) in a.keys() | b.keys() if a.get((i, k)) != b.get((i, k))]
+        return sorted(f"{getattr(objs[i], '__name__', i)}.{k}" for i, k in moved)
     rec_out, rec_keys = rec.out, set(vars(rec))
     before = snap(watch)
     mods = {m: id(sys.modules.get(m)) for m in (("unittest", "unittest.case", "unittest.result", "unittest.suite", "unittest.loader", "runpy") if ut else ()) + ("builtins", "os")}
@@ -194,10 +198,11 @@ def _c2_judge():
                 rec.put(path, "pass")
             except BaseException as e: rec.put(path, "fail", (type(e), e, e.__traceback__))   # SystemExit too: a test runs to its end
         import importlib
-        for i, (module, call) in enumerate(spec["probes"]):   # the hidden tests: only the value leaves, never the answer
+        for i, (module, call) in enumerate(spec["probes"]):   # hidden tests: only the value leaves, never the answer
             try:
                 v = eval(call, dict(vars(importlib.import_module(module))))
-                probes.append(f"={i}\t{repr(v)[:4000]}" if plain(v) else f"={i}\t!not a plain value: {type(v).__name__}")
+                shown = repr(v)[:4000] if plain(v) else f"!not a plain value: {type(v).__name__}"
+                probes.append(f"={i}\t{shown}")
             except BaseException as e: probes.append(f"={i}\t!{type(e).__name__}")
     # 4. the result, authenticated: only this process holds the key
     now = snap(watch)
@@ -251,7 +256,8 @@ class Verdict:
 def _judge_run(spec: dict, workspace: Path | str, sandbox, timeout: float | None) -> tuple[dict | None, list[str], RunResult, str]:
     "(outcomes or None, tampered, the run, why there are no outcomes) of one run of the runner over `workspace`."
     key, name = secrets.token_bytes(32), f".c2-judge-{secrets.token_hex(8)}"
-    body = {k: spec[k] for k in ("kind", "tests", "fresh", "trusted", "probes")} | {"root": SANDBOX_WS, "result": name, "audit": AUDITED}
+    body = {k: spec[k] for k in ("kind", "tests", "fresh", "trusted", "probes")}
+    body |= {"root": SANDBOX_WS, "result": name, "audit": AUDITED}
     argv = ["env", f"PYTHONHASHSEED={int(spec.get('hashseed', 0))}", "python3", "-P", "-s", "-B", "-c", JUDGE_RUNNER]
     r = sandbox.run(argv, timeout=timeout, stdin=key + json.dumps(body).encode())
     try: data = read_bytes_beneath(workspace, name, 16 << 20)

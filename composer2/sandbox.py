@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 from .config import C2Error, SandboxConfig
-from .paths import SANDBOX_UID, SANDBOX_WS, _AS_ROOT, _INNER_ID, _write_all, list_beneath, read_beneath, read_bytes_beneath
+from .paths import SANDBOX_UID, SANDBOX_WS, _AS_ROOT, _INNER_ID, _write_all
+from .paths import list_beneath, read_beneath, read_bytes_beneath
 from .host import SandboxUnavailable, _Host, _SPAWN_ENV, _need
 from .workspace import _rmdir_cgroup, give_to_sandbox, make_workspace, remove_workspace, workspace_is_capped
 
@@ -196,9 +197,9 @@ def _system_file(path: str) -> tuple[frozenset, str]:
 
 # %% ../nbs/17_sandbox.ipynb #f85b6382
 def system_copies(workspace: Path | str) -> dict[str, str | None]:
-    """{path on the sandbox's read-only system: the workspace file it shows instead, or None (it reads empty)} for every
-    copy there of a Python file of `workspace` (see above): module path twins sharing at least `_MIN_SHARED` of its lines
-    show the workspace's file; files byte-identical to those and the twins' compiled bytecode read empty."""
+    """{path on the sandbox's read-only system: the workspace file it shows instead, or None (it reads empty)} for
+    every copy there of a Python file of `workspace` (see above): module path twins sharing at least `_MIN_SHARED` of
+    its lines show the workspace's file; files byte-identical to those and the twins' compiled bytecode read empty."""
     rels = list_beneath(workspace, suffixes=(".py",), max_files=2000)
     if not rels: return {}
     index, out = _system_index(), {}
@@ -211,14 +212,17 @@ def system_copies(workspace: Path | str) -> dict[str, str | None]:
         out.update((p, rel) for p in twins if len(mine & _system_file(p)[0]) >= _MIN_SHARED * len(mine))
     shas = {_system_file(p)[1] for p in out}
     for p in list(out):   # the same bytes under any other name
-        out.update((q, None) for q in index["sizes"].get(os.stat(p).st_size, []) if q not in out and _system_file(q)[1] in shas)
+        same = [q for q in index["sizes"].get(os.stat(p).st_size, []) if q not in out and _system_file(q)[1] in shas]
+        out.update((q, None) for q in same)
     for p in list(out):   # bytecode of either: an empty .pyc is not valid, so Python compiles what the source shows
         d, name = os.path.split(p)
-        out.update((q, None) for q in glob.glob(os.path.join(glob.escape(d), "__pycache__", glob.escape(name[:-3]) + ".*.pyc")))
+        pattern = os.path.join(glob.escape(d), "__pycache__", glob.escape(name[:-3]) + ".*.pyc")
+        out.update((q, None) for q in glob.glob(pattern))
     return dict(sorted(out.items()))
 
 # %% ../nbs/17_sandbox.ipynb #12c021-7c
-def _bwrap_argv(workspace: Path, L: SandboxConfig, h: _Host, hidden: dict | None = None) -> tuple[list[str], int, int | None]:
+def _bwrap_argv(workspace: Path, L: SandboxConfig, h: _Host,
+                hidden: dict | None = None) -> tuple[list[str], int, int | None]:
     """The command line that runs a command in `workspace` under limits `L`, the command's argv to be appended; and the
     indices of its two placeholders, the info fd and the seccomp fd (None without seccomp), filled in per run. `hidden`
     (`system_copies`) adds a `HIDE_FD` placeholder per copy that shows a workspace file, also filled in per run."""
@@ -237,7 +241,7 @@ def _bwrap_argv(workspace: Path, L: SandboxConfig, h: _Host, hidden: dict | None
     blank = h.dir / "blank"
     if hidden and not blank.exists():
         blank.touch(0o444)
-    for p, rel in hidden.items():   # the system's copies of the workspace's modules: ours (filled in per run) or nothing
+    for p, rel in hidden.items():   # the system's copies of the workspace's modules: ours (per run) or nothing
         a += ["--ro-bind-data", "HIDE_FD", p] if rel is not None else ["--ro-bind", str(blank), p]
     tmp = str(L.tmp_mb << 20)
     if L.seccomp: a += ["--seccomp", "SECCOMP_FD"]
@@ -359,7 +363,7 @@ class Sandbox:
         self.limits = limits or SandboxConfig()
         self.host = _host()
         if _AS_ROOT: _check_reachable(self.workspace)
-        self.hidden = system_copies(self.workspace)   # the system's copies of the workspace's modules: never the original
+        self.hidden = system_copies(self.workspace)   # the system's copies of the workspace's modules
         self._argv, self._info_at, self._seccomp_at = _bwrap_argv(self.workspace, self.limits, self.host, self.hidden)
         self._shown = [rel for rel in self.hidden.values() if rel is not None]   # the HIDE_FD placeholders, in order
 
@@ -374,7 +378,8 @@ class Sandbox:
         if not self.workspace.is_dir(): raise C2Error(f"workspace {self.workspace} no longer exists")
         if not self.host.alive() or self.host.pid != os.getpid():   # host state gone, or we were forked: start afresh
             self.host = _host()
-            self._argv, self._info_at, self._seccomp_at = _bwrap_argv(self.workspace, self.limits, self.host, self.hidden)
+            argv = _bwrap_argv(self.workspace, self.limits, self.host, self.hidden)
+            self._argv, self._info_at, self._seccomp_at = argv
         with self.host.slot(self.limits):   # at most sandbox.max_running commands of this process at once
             return self._start(cmd, data, timeout)
 
@@ -393,6 +398,7 @@ class Sandbox:
                 finally: os.close(sc_w)
                 argv[self._seccomp_at] = str(fds["sc_r"])
             hide_at = [i for i, x in enumerate(self._argv) if x == "HIDE_FD"]   # never the command's own words
+            shown = [f"shown{n}" for n in range(len(hide_at))]
             for n, (i, rel) in enumerate(zip(hide_at, self._shown)):
                 fds[f"shown{n}"] = _shown_fd(self.workspace, rel)
                 argv[i] = str(fds[f"shown{n}"])
@@ -404,7 +410,7 @@ class Sandbox:
         t0 = time.monotonic()
         try:   # close_fds: the sandbox must not inherit any descriptor of ours (a socket would be a way out)
             proc = subprocess.Popen(argv, stdin=fds["in"], stdout=fds["out_w"], stderr=fds["err_w"],
-                                    pass_fds=tuple(fds[k] for k in fds if k in ("info_w", "sc_r") or k.startswith("shown")),
+                                    pass_fds=tuple(v for k, v in fds.items() if k in ("info_w", "sc_r", *shown)),
                                     close_fds=True,
                                     env=_SPAWN_ENV, start_new_session=True)
         except BaseException:

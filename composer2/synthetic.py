@@ -160,7 +160,7 @@ class _Made:
     bad: str           # source as shipped (== good for distractors)
     asserts: list[str]
     doc: str
-    hidden: list[tuple[str, str]] = field(default_factory=list)   # (call, repr of the answer): the judge's held-out tests
+    hidden: list[tuple[str, str]] = field(default_factory=list)   # (call, repr of the answer): held-out tests
 
 # %% ../nbs/24_synthetic.ipynb #14c010-5
 def _make_fn(r, tmpl, name, kind=None, n_asserts=3) -> _Made | None:
@@ -195,8 +195,8 @@ def _perturb(r: random.Random, x):
     return x
 
 def _hidden(name: str, good: str, inputs: list[tuple], run, n: int = N_HIDDEN) -> list[tuple[str, str]]:
-    """`n` held-out (call, repr of the answer) pairs for function `name` of source `good`: new inputs near `inputs`, none of
-    them one of `inputs`, each one the correct function answers without raising (`run(src, inp)` computes it)."""
+    """`n` held-out (call, repr of the answer) pairs for function `name` of source `good`: new inputs near `inputs`,
+    none of them one of `inputs`, each answered by the correct function without raising (`run(src, inp)` says)."""
     r, out, seen = random.Random(f"hidden:{name}:{good}"), [], set(map(repr, inputs))
     for _ in range(50 * n):
         if len(out) == n: break
@@ -331,7 +331,8 @@ def _make_cfg_fn(r, tmpl, name, consts, bug: bool) -> _Made:
     caught = [j for j, i in enumerate(fn.inputs) if run(bad, i) != want[j]]
     assert caught or not bug, (tmpl.__name__, bad)
     asserts = [f"assert {name}({', '.join(map(repr, i))}) == {w!r}" for i, w in zip(fn.inputs, want)]
-    return _Made(name, tmpl.__name__, "config" if bug else None, good, bad, asserts, fn.doc, _hidden(name, good, fn.inputs, run))
+    hidden = _hidden(name, good, fn.inputs, run)
+    return _Made(name, tmpl.__name__, "config" if bug else None, good, bad, asserts, fn.doc, hidden)
 
 # %% ../nbs/24_synthetic.ipynb #14c016-4
 def _run_with(env, src, name, inp):
@@ -402,7 +403,8 @@ def _long_task(c: TasksConfig, r: random.Random, context_tokens: int, factor: fl
         files, sol = render()
     files["README.md"] = sol["README.md"] = readme
     meta = dict(kind="long_horizon", kinds=[f.kind for _, f in bugs], modules=[f"{m}.py" for m in mods],
-                hidden_tests=[{"module": m, "call": c, "want": w} for m in mods for f in content[m] for c, w in f.hidden],
+                hidden_tests=[{"module": m, "call": c, "want": w}
+                              for m in mods for f in content[m] for c, w in f.hidden],
                 bug_functions=[f.name for _, f in bugs], checklist=items, constants=consts, must_read=must_read,
                 lines_changed=lines_changed(files, sol), min_context_tokens=need(files), context_tokens=context_tokens,
                 n_files=len(files), n_distractors=c.n_distractors, lines_to_change=len(bugs))

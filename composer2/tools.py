@@ -205,8 +205,8 @@ class Toolbox:
         return out
 
     def _docs_search(self, query: str, k: int = 5) -> str:
-        """The standard library's documentation (`composer2.docs`): cited snippets, read on the host, never the workspace,
-        and nothing of what the sandbox hides (the originals of the task's own modules)."""
+        """The standard library's documentation (`composer2.docs`): cited snippets, read on the host, never the
+        workspace, and nothing of what the sandbox hides (the originals of the task's own modules)."""
         if not query.strip(): raise ToolError("the query is empty")
         return docs_search(query, max(1, min(k, 20)), hidden=getattr(self.sandbox, "hidden", ()))
 
