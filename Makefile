@@ -63,3 +63,15 @@ export: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The docs site (tools/docs_site.py) into _docs/: the library reference (nbdev's processed notebooks), the guides of
+# nbs/guides/, a page per study from studies/results/; rendered by Quarto when a quarto executable is found, else by
+# the script itself. docs-serve builds it, then serves _docs/ on 127.0.0.1:$(DOCS_PORT).
+DOCS_PORT ?= 3000
+.PHONY: docs docs-serve
+docs: setup
+	$(BIN)/python tools/docs_site.py
+
+docs-serve: docs
+	@echo "docs: http://127.0.0.1:$(DOCS_PORT)/"
+	$(BIN)/python -m http.server --bind 127.0.0.1 --directory _docs $(DOCS_PORT)
