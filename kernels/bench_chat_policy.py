@@ -3,7 +3,7 @@ same weights, in the agent harness: how many episodes come out identical at temp
 
     python kernels/bench_chat_policy.py --checkpoint runs/studies/best_of_k/KEY/cpu/sft/final.pt [-n 144] [--scale cpu] [--set k=v ...]
 
-The checkpoint is exported with `composer2.hf.export_hf` (our tokenizer and chat template) into a temporary HF
+The checkpoint is exported with `composer2.interop.hf.export_hf` (our tokenizer and chat template) into a temporary HF
 directory; both paths then run the same held-out tasks, one sample each, greedy: the engine through
 `rollout.evaluate_checkpoint` (token ids throughout), `ChatPolicy` through `hf.evaluate_chat` (the transcript re-rendered
 as text by the chat template every turn, the reply decoded to text). Episodes can differ only where re-encoding the
@@ -13,11 +13,11 @@ import argparse, json, platform, tempfile, time
 from pathlib import Path
 import torch
 from composer2.config import load_config
-from composer2.data import open_data
-from composer2.hf import evaluate_chat, export_hf
-from composer2.rollout import evaluate_checkpoint
-from composer2.suites import load_suite
-from composer2.train import load_checkpoint
+from composer2.data.corpus import open_data
+from composer2.interop.hf import evaluate_chat, export_hf
+from composer2.rl.rollout import evaluate_checkpoint
+from composer2.tasks.suites import load_suite
+from composer2.model.checkpoint import load_checkpoint
 
 # the best_of_k study's task and sampler settings (its SFT checkpoint was trained for these)
 BEST_OF_K = ["tasks.suite=synthetic", "tasks.n_files=1", "tasks.n_distractors=0", "tasks.max_turns=6", "rl.max_new_tokens=96",

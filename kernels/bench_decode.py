@@ -9,16 +9,17 @@ import argparse, json, platform, re, sys, time
 from pathlib import Path
 import torch
 from omegaconf import OmegaConf
-from composer2.config import C2Error, Config
-from composer2.engine import Engine
-from composer2.train import load_checkpoint
+from composer2.core import C2Error
+from composer2.config import Config
+from composer2.model.engine import Engine
+from composer2.model.checkpoint import load_checkpoint
 
 def device_name(dev):
     return torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu {platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
 
 def prompts_from(args, ck, n, length):
     if args.prompts: return torch.load(args.prompts)[:, :length]
-    from composer2.data import open_data
+    from composer2.data.corpus import open_data
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.create(ck["config"])))
     toks = torch.from_numpy(open_data(cfg).internal_tokens().astype("int64"))
     g = torch.Generator().manual_seed(0)

@@ -8,9 +8,10 @@ rollout steps/s) is one function and one entry. Results are printed, compared wi
 calls/s on 2 cores, p50 of run("true") < 20 ms) and written to kernels/results/env_<cpu>.json."""
 import argparse, json, os, platform, re, socket, statistics, subprocess, sys, time
 from pathlib import Path
-from composer2.config import C2Error, SandboxConfig
-from composer2.sandbox import Sandbox, SandboxPool
-from composer2.workspace import make_workspace, remove_workspace
+from composer2.core import C2Error
+from composer2.config import SandboxConfig
+from composer2.sandbox.bwrap import Sandbox, SandboxPool
+from composer2.sandbox.workspace import make_workspace, remove_workspace
 
 TARGETS = {"calls_per_s": 100.0, "p50_ms": 20.0}
 TASK_FILES = {f"pkg/mod{i}.py": f"def f{i}(x):\n    return x + {i}\n" * 20 for i in range(4)} | {
@@ -99,9 +100,9 @@ def measure_oracle(a) -> dict:
     """Oracle rollout steps per second on the synthetic suite: whole episodes (workspace, turns whose tool calls run in
     the sandbox, the judge's test run, the reward with its ruff check), one step = one agent turn."""
     from composer2.config import load_config
-    from composer2.episode import run_episodes
-    from composer2.policies import OraclePolicy
-    from composer2.synthetic import synthetic_suite
+    from composer2.agent.episode import run_episodes
+    from composer2.agent.policies import OraclePolicy
+    from composer2.tasks.synthetic import synthetic_suite
     cfg = load_config("smoke")
     n = 24 if a.quick else 120
     tasks = synthetic_suite(cfg.tasks, "eval", n)
@@ -117,15 +118,15 @@ def measure_oracle(a) -> dict:
     return out
 
 def measure_judge(a) -> dict:
-    """CPU of one judge run (`composer2.judge.judge`: the tests restored, the runner in a fresh sandbox; once per episode) on
+    """CPU of one judge run (`composer2.tasks.judge.judge`: the tests restored, the runner in a fresh sandbox; once per episode) on
     synthetic tasks, as shipped and solved, in the sandboxes' processes: this checkout's runner and, with
     `--judge-against REV`, that commit's `JUDGE_RUNNER`, interleaved three times (the same verdicts asserted)."""
-    import composer2.judge as J
+    import composer2.tasks.judge as J
     from composer2.config import load_config
-    from composer2.synthetic import synthetic_suite
+    from composer2.tasks.synthetic import synthetic_suite
     runners = {"this checkout": J.JUDGE_RUNNER}
     if a.judge_against:
-        src = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "show", f"{a.judge_against}:composer2/judge.py"],
+        src = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "show", f"{a.judge_against}:composer2/tasks/judge.py"],
                              capture_output=True, text=True)
         if src.returncode: raise C2Error(f"--judge-against {a.judge_against}: {src.stderr.strip()[:200]}")
         q = "'" * 3   # the runner is the module's one triple-quoted raw string: JUDGE_RUNNER = r<q>...<q>

@@ -36,14 +36,15 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "kernels" / "results"))
     a = ap.parse_args()
     torch.set_num_threads(1)
-    from composer2.config import C2Error, load_config
-    from composer2.data import open_data
-    from composer2.engine import Engine
-    from composer2.judge import JudgeCache
-    from composer2.rollout import Rollouts
-    from composer2.studies import resolve_params
-    from composer2.suites import load_suite
-    from composer2.train import load_checkpoint
+    from composer2.core import C2Error
+    from composer2.config import load_config
+    from composer2.data.corpus import open_data
+    from composer2.model.engine import Engine
+    from composer2.tasks.judge import JudgeCache
+    from composer2.rl.rollout import Rollouts
+    from composer2.studies.registry import resolve_params
+    from composer2.tasks.suites import load_suite
+    from composer2.model.checkpoint import load_checkpoint
     try:
         cfg = load_config("cpu", overrides=resolve_params("best_of_k", "cpu")["config"])
         model, _ = load_checkpoint(a.checkpoint)

@@ -3,7 +3,7 @@
     python kernels/bench_hf_decode.py --checkpoint runs/cpu/final.pt [--batch 1 8 32] [--new 64] [--temperature 0 1]
     python kernels/bench_hf_decode.py --random [--scale cpu] [--set model.gate=sigmoid]   # no checkpoint: random weights
 
-The HF model is `composer2.hf.to_hf(model)` (Ernie4_5_MoeForCausalLM or Glm4MoeForCausalLM; fp32 logits equal to
+The HF model is `composer2.interop.hf.to_hf(model)` (Ernie4_5_MoeForCausalLM or Glm4MoeForCausalLM; fp32 logits equal to
 composer2's within ~1e-5). Both decode with a KV cache from the same equal-length prompts (random tokens) and generate
 exactly --new tokens per row: the engine with no stop tokens, HF with min_new_tokens = max_new_tokens and no eos
 token. `DecodeServer` (the RL rollout path: continuous batching, one request per row from its own thread) is timed on
@@ -14,12 +14,13 @@ written as JSON to kernels/results/hf_decode_<device>.json."""
 import argparse, json, re, sys, time
 from pathlib import Path
 import torch
-from composer2.config import C2Error, load_config
-from composer2.model import MoETransformer
-from composer2.engine import DecodeServer, Engine
+from composer2.core import C2Error
+from composer2.config import load_config
+from composer2.model.moe import MoETransformer
+from composer2.model.engine import DecodeServer, Engine
 from concurrent.futures import ThreadPoolExecutor
-from composer2.hf import to_hf
-from composer2.train import load_checkpoint
+from composer2.interop.hf import to_hf
+from composer2.model.checkpoint import load_checkpoint
 from bench_decode import device_name   # same directory: one device naming for every benchmark
 
 def sync(dev):
@@ -56,7 +57,7 @@ def run_hf(hf, x, new, temperature, dev):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--checkpoint", help="a composer2 checkpoint (composer2.train.load_checkpoint)")
+    src.add_argument("--checkpoint", help="a composer2 checkpoint (composer2.model.checkpoint.load_checkpoint)")
     src.add_argument("--random", action="store_true", help="random weights at --scale (when no checkpoint exists)")
     ap.add_argument("--scale", default="cpu", help="the scale of --random's model")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides of --random's model, e.g. model.gate=sigmoid")

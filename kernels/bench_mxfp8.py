@@ -218,7 +218,7 @@ def bf16_baselines(a, w, w_cm, offs, E, errors):
 
 def moe_part(mx, quick, errors):
     from composer2.config import load_config
-    from composer2.model import MoE
+    from composer2.model.moe import MoE
     dev = DEV
     cases = [("report MoE: d 2048, 64 experts x 1408, top-4, 4096 tokens",
               ["model.d_model=2048", "model.n_experts=64", "model.expert_hidden=1408", "model.top_k=4"], 4096),
@@ -269,7 +269,7 @@ def parity_run(backend: str, steps: int = 300, device: str = "cuda", autocast: b
                batch: int = 16, seq: int = 128, lr: float = 3e-3) -> list[float]:
     "Train the smoke model on this repo's source bytes with `expert_backend=backend`; return the loss per step."
     from composer2.config import load_config
-    from composer2.model import MoETransformer, training_loss
+    from composer2.model.moe import MoETransformer, training_loss
     import composer2
     src = b"".join(p.read_bytes() for p in sorted(Path(composer2.__file__).resolve().parent.glob("*.py")))
     data = torch.tensor(list(src), dtype=torch.long)
@@ -400,11 +400,11 @@ def main():
     if not torch.cuda.is_available():
         if not SMOKE: sys.exit("bench_mxfp8: needs a CUDA device (or --smoke)")
         DEV = "cpu"
-        os.environ.setdefault("TRITON_INTERPRET", "1")   # before composer2.mx_quant defines its kernels
+        os.environ.setdefault("TRITON_INTERPRET", "1")   # before composer2.kernels.mx_quant defines its kernels
     import triton
     from types import SimpleNamespace
-    import composer2.mx_quant, composer2.mx_gemm, composer2.nvfp4
-    mx = SimpleNamespace(**{**vars(composer2.mx_quant), **vars(composer2.mx_gemm), **vars(composer2.nvfp4)})   # the three kernel modules
+    import composer2.kernels.mx_quant, composer2.kernels.mx_gemm, composer2.kernels.nvfp4
+    mx = SimpleNamespace(**{**vars(composer2.kernels.mx_quant), **vars(composer2.kernels.mx_gemm), **vars(composer2.kernels.nvfp4)})   # the three kernel modules
     dev = torch.cuda.get_device_name() if DEV == "cuda" else f"CPU {platform.machine()} (Triton interpreter)"
     info = dict(device=dev, capability=list(torch.cuda.get_device_capability()) if DEV == "cuda" else None,
                 torch=torch.__version__, triton=triton.__version__, default_impl=mx.default_impl(),

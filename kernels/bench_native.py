@@ -1,18 +1,18 @@
-"""composer2.native's CPU kernels against PyTorch, side by side: a decode step's attention, its routed experts, the whole step.
+"""composer2.kernels.native's CPU kernels against PyTorch, side by side: a decode step's attention, its routed experts, the whole step.
 
     python kernels/bench_native.py [--checkpoint runs/.../sft/final.pt] [--rows 40] [--positions 480 560] [--reps 40]
 
 1. **One layer's attention** of one query per row (6 query heads over 2 key heads of 32 dimensions, the cpu scale) over
    `--rows` rows of `--positions` cached slots, as a rollout's decode step has them: `decode_attention` on keys
    [B, Hkv, S, D] (views of a pool, the layout before tiles), its PyTorch twin on tiled keys [B, Hkv, tiles, D, 32]
-   (`composer2.native._tiled_torch`, what runs without a C compiler) and the native kernel (`tiled_decode_attention`).
+   (`composer2.kernels.native._tiled_torch`, what runs without a C compiler) and the native kernel (`tiled_decode_attention`).
    Eight layers' caches are cycled, so that every call reads its keys from memory and not from the CPU's caches, as
    in a real step, where four layers' caches (46 MB) pass through a 32 MB L3. Also timed: reading the same bytes
    (`sum`), the memory floor.
 2. **One MoE layer's routed experts** (16 experts of 192 -> 2 x 128 -> 192, top-2: the cpu scale) for 1 to 256 tokens:
    `MoE._grouped` (the sort, the two `torch._grouped_mm` calls, the gating and the scatter) against the native kernel
    (`moe_experts`), with eight layers' weights cycled so that they come from memory, as in a step. Where the kernel stops
-   winning is `composer2.native.EXPERT_ROWS`.
+   winning is `composer2.kernels.native.EXPERT_ROWS`.
 3. **A decode step of the model** (the checkpoint's, else the cpu-scale model at random init) on a `SlotCache` with the
    same rows: both kernels, each alone, and neither (`native_off()`).
 
@@ -37,8 +37,8 @@ def medians(fns: dict, reps: int) -> dict:
     return {k: sorted(v)[len(v) // 2] for k, v in t.items()}
 
 def bench_layer(args) -> dict:
-    from composer2.kvcache import decode_attention
-    from composer2.native import TILE, _tiled_torch, native_status, tiled_decode_attention
+    from composer2.model.kvcache import decode_attention
+    from composer2.kernels.native import TILE, _tiled_torch, native_status, tiled_decode_attention
     B, H, Hkv, D, L = args.rows, 6, 2, 32, 8
     g = torch.Generator().manual_seed(0)
     lens = torch.randint(args.positions[0], args.positions[1] + 1, (B,), generator=g)
@@ -62,8 +62,8 @@ def bench_layer(args) -> dict:
 
 def bench_experts(args) -> dict:
     from composer2.config import load_config
-    from composer2.model import MoE, Routing
-    from composer2.native import EXPERT_ROWS, moe_experts, native_status
+    from composer2.model.moe import MoE, Routing
+    from composer2.kernels.native import EXPERT_ROWS, moe_experts, native_status
     mcfg = load_config("cpu").model
     g = torch.Generator().manual_seed(2)
     layers = []
@@ -91,11 +91,11 @@ def bench_experts(args) -> dict:
 
 def bench_step(args) -> dict:
     from composer2.config import load_config
-    from composer2.model import MoETransformer
-    import composer2.kvcache as kv, composer2.native as nat
-    from composer2.native import native_off, native_status
+    from composer2.model.moe import MoETransformer
+    import composer2.model.kvcache as kv, composer2.kernels.native as nat
+    from composer2.kernels.native import native_off, native_status
     if args.checkpoint:
-        from composer2.train import load_checkpoint
+        from composer2.model.checkpoint import load_checkpoint
         model, _ = load_checkpoint(args.checkpoint)
     else:
         cfg = load_config("cpu")
@@ -144,7 +144,7 @@ def main():
     args = ap.parse_args()
     if args.checkpoint and not Path(args.checkpoint).is_file(): raise SystemExit(f"bench_native: error: no checkpoint at {args.checkpoint}")
     torch.set_num_threads(1)
-    from composer2.native import native_status
+    from composer2.kernels.native import native_status
     res = dict(device=device_name(), torch=torch.__version__, native=native_status(), checkpoint=args.checkpoint)
     res["layer"] = bench_layer(args)
     l = res["layer"]

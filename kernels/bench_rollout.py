@@ -6,8 +6,8 @@ Both paths run on the same weights and the same synthetic tasks, in one run:
 
 1. **Rollouts.** `prompts` groups of `group` episodes each. The old path (composer2 at OLD_REV, loaded from git:
    `TurnBatcher` + `RolloutWorkerImpl.rollout_group`) generates one group at a time and re-encodes each episode's whole
-   context every turn; the new path (`composer2.rollout.Rollouts` on a `DecodeServer`) runs every group at once
-   through one decode loop with per-episode KV caches; then the new path again with `composer2.native` off
+   context every turn; the new path (`composer2.rl.rollout.Rollouts` on a `DecodeServer`) runs every group at once
+   through one decode loop with per-episode KV caches; then the new path again with `composer2.kernels.native` off
    (`native_off`: PyTorch's decode attention and grouped GEMM in place of the C kernels). Reported: episodes/s and
    sampled tokens/s, and ratios.
 2. **RL steps** (unless --steps 0). `c2 rl` at the same settings from the same checkpoint, once with the old code
@@ -56,11 +56,11 @@ OLD_ROLLOUTS = """
 import dataclasses, json, sys, time
 import numpy as np, torch
 torch.set_num_threads(1)
-from composer2.async_rl import RolloutWorkerImpl
+from composer2.rl.driver import RolloutWorkerImpl
 from composer2.config import load_config
-from composer2.rl import publishable
-from composer2.suites import load_suite
-from composer2.train import load_checkpoint
+from composer2.rl.step import publishable
+from composer2.tasks.suites import load_suite
+from composer2.model.checkpoint import load_checkpoint
 ckpt, scale, prompts, group, settings = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
 cfg = load_config(scale, overrides=settings)
 model, _ = load_checkpoint(ckpt)
@@ -83,12 +83,12 @@ def old_rollouts(args, checkout: Path) -> dict:
 
 def bench_rollouts(args, ck, checkout) -> dict:
     import dataclasses
-    from composer2.data import open_data
-    from composer2.engine import Engine
-    from composer2.sync import publishable
-    from composer2.rollout import Rollouts
-    from composer2.actors import build_policy
-    from composer2.suites import load_suite
+    from composer2.data.corpus import open_data
+    from composer2.model.engine import Engine
+    from composer2.rl.sync import publishable
+    from composer2.rl.rollout import Rollouts
+    from composer2.rl.actors import build_policy
+    from composer2.tasks.suites import load_suite
     torch.set_num_threads(1)
     from composer2.config import load_config
     cfg = load_config(args.scale, overrides=SETTINGS)
@@ -96,7 +96,7 @@ def bench_rollouts(args, ck, checkout) -> dict:
     model_cfg = dataclasses.asdict(ck["_model"].cfg); published = publishable(ck["_model"].state_dict())
     tasks = load_suite(cfg, "train")[: args.prompts]
     out = {"old": old_rollouts(args, checkout)}
-    from composer2.native import native_off, native_status
+    from composer2.kernels.native import native_off, native_status
     def run(name):
         ro = Rollouts(Engine(build_policy(model_cfg, published, cfg)), data, cfg, seed=0)
         t0 = time.perf_counter()
@@ -120,7 +120,7 @@ def bench_steps(args, checkout: Path, runs: Path) -> dict:
     res = {}
     for name, path, native in [("old", checkout, "1"), ("new", ROOT, "1"), ("new_pytorch", ROOT, "0")]:
         out = runs / name
-        cmd = [sys.executable, "-c", "import sys; from composer2.cli import main; sys.exit(main())", "rl", "--scale", args.scale,
+        cmd = [sys.executable, "-c", "import sys; from composer2.cli import main; sys.exit(main())", "rl", "--scale", args.scale
                *SETTINGS, f"rl.init={args.checkpoint}", f"rl.runs={out}", f"rl.steps={args.steps}",
                f"rl.prompts_per_step={args.prompts}", f"rl.group_size={args.group}", "rl.eval_prompts=2", "rl.eval_k=1",
                f"rl.eval_every={args.steps}", "tasks.n_eval=2", f"rl.ckpt_every={args.steps}"]
@@ -145,8 +145,8 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "kernels" / "results"))
     args = ap.parse_args()
     args.checkpoint = str(Path(args.checkpoint).resolve())   # the old path runs in its own checkout directory
-    from composer2.config import C2Error
-    from composer2.train import load_checkpoint
+    from composer2.core import C2Error
+    from composer2.model.checkpoint import load_checkpoint
     try: model, ck = load_checkpoint(args.checkpoint)
     except (C2Error, FileNotFoundError) as e: raise SystemExit(f"bench_rollout: error: {e}")
     ck["_model"] = model

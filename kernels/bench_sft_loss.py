@@ -23,9 +23,9 @@ def batches(study: str, steps: int, path: Path) -> float:
     "The first `steps` + 2 batches of `study`'s cpu SFT stream, saved to `path`; returns the share of positions counted."
     import torch
     from composer2.config import load_config
-    from composer2.data import open_data
-    from composer2.pretrain import TranscriptStream, sft_examples, stage_plan
-    from composer2.studies import resolve_params
+    from composer2.data.corpus import open_data
+    from composer2.pretrain.stages import TranscriptStream, sft_examples, stage_plan
+    from composer2.studies.registry import resolve_params
     cfg = load_config("cpu", overrides=resolve_params(study, "cpu")["config"])
     data, plan = open_data(cfg), stage_plan(cfg, "sft")
     s = TranscriptStream(sft_examples(data, cfg=cfg), plan.batch_size, plan.seq_len, cfg.train.seed,
@@ -38,8 +38,8 @@ def arm(path: str):
     "Time SFT steps on the saved batches with the importable composer2; print one JSON line."
     import time, torch
     from composer2.config import load_config
-    from composer2.model import training_loss
-    from composer2.train import build_model
+    from composer2.model.moe import training_loss
+    from composer2.model.checkpoint import build_model
     b = torch.load(path, weights_only=False)
     torch.manual_seed(0)
     model = build_model(load_config("cpu", overrides=b["config"]), b["vocab"]).train()

@@ -4,7 +4,7 @@
 
 `rl_step`'s forward and backward over a step's segments bound an RL step at cpu scale (kernels/README.md). The rollouts
 of a group start from one prompt and often go on alike for a while, so `rl_step` encodes a group's rows as a prefix
-tree: what a set of rows shares goes through the model once (`composer2.rl.SharedPrefix`). This samples
+tree: what a set of rows shares goes through the model once (`composer2.rl.step.SharedPrefix`). This samples
 `prompts` groups of `group` episodes from the checkpoint through the rollout path (`Rollouts` on a `DecodeServer`, the
 best_of_k study's cpu settings at temperature 1.0) and runs the same `rl_step` on them both ways, interleaved, from
 the same weights and a fresh Adam each time: `whole` (`share_prefix=False`) and `shared` (the default). Written to
@@ -19,17 +19,18 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from composer2.actors import build_policy
-from composer2.config import C2Error, load_config
-from composer2.rl import collate, rl_step, token_logprobs, _micro_batches
+from composer2.rl.actors import build_policy
+from composer2.core import C2Error
+from composer2.config import load_config
+from composer2.rl.step import collate, rl_step, token_logprobs, _micro_batches
 from bench_rollout import SETTINGS, device_name, write_result
 
 def sample_groups(model, cfg, prompts: int, group: int) -> list:
     "`prompts` groups of `group` episodes of the first train tasks, every group in flight, as a rollout worker runs them."
-    from composer2.data import open_data
-    from composer2.engine import Engine
-    from composer2.rollout import Rollouts
-    from composer2.suites import load_suite
+    from composer2.data.corpus import open_data
+    from composer2.model.engine import Engine
+    from composer2.rl.rollout import Rollouts
+    from composer2.tasks.suites import load_suite
     ro = Rollouts(Engine(copy.deepcopy(model).eval()), open_data(cfg), cfg, seed=0)
     try:
         with ThreadPoolExecutor(prompts) as ex: return list(ex.map(lambda t: ro.group(t, group, 0), load_suite(cfg, "train")[:prompts]))

@@ -4,8 +4,9 @@ every shipped task, and a rebuild from the same seed gives the shipped tasks byt
 mutations and the statistics are unit-tested in nbs/25_mutations and 26_c2bench."""
 import shutil, time
 import pytest
-from composer2.c2bench import build_c2bench, c2bench_manifest, c2bench_records, c2bench_suite, revalidate, spread_sample
-from composer2.data import stdlib_dir
+from composer2.tasks.c2bench import (build_c2bench, c2bench_manifest, c2bench_records, c2bench_suite, revalidate,
+                                     spread_sample)
+from composer2.data.corpus import stdlib_dir
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
 needs_testsuite = pytest.mark.skipif(not (stdlib_dir() / "test" / "support" / "__init__.py").is_file(),
@@ -72,7 +73,7 @@ def test_revalidate_sample_v2(suite_v2):
 @needs_testsuite
 def test_generation_is_deterministic_v2(tmp_path):
     "The same seed gives byte-identical v2 files, and the shipped tasks of two units are what this interpreter regenerates."
-    from composer2.c2bench_v2 import build_c2bench_v2
+    from composer2.tasks.c2bench_v2 import build_c2bench_v2
     kw = dict(units=["colorsys", "tomllib"], seed=c2bench_manifest("v2")["seed"], workers=2, log=lambda s: None)
     a, b = build_c2bench_v2(tmp_path / "a", **kw), build_c2bench_v2(tmp_path / "b", **kw)
     assert a["files"] == b["files"]
@@ -81,8 +82,8 @@ def test_generation_is_deterministic_v2(tmp_path):
 
 def _oracle(tasks):
     from composer2.config import load_config
-    from composer2.episode import run_episodes
-    from composer2.policies import OraclePolicy
+    from composer2.agent.episode import run_episodes
+    from composer2.agent.policies import OraclePolicy
     cfg = load_config("smoke", overrides=["tasks.suite=c2bench", "sandbox.timeout=300", "tasks.episode_timeout_s=1200"])
     return run_episodes(tasks, lambda t: OraclePolicy(), cfg, workers=2)
 
@@ -105,8 +106,8 @@ def test_v2_all(suite_v2):
 def test_suite_never_reads_the_machines_sources(monkeypatch, tmp_path):
     """Where this machine's standard library differs from the one the data was built with (here: none at all), both
     versions load the same tasks, from the shipped records and sources; only a rebuild needs the machine's files."""
-    import composer2.c2bench as c1, composer2.c2bench_v2 as c2, composer2.data as d
-    from composer2.config import C2Error
+    import composer2.tasks.c2bench as c1, composer2.tasks.c2bench_v2 as c2, composer2.data.corpus as d
+    from composer2.core import C2Error
     want = {v: [(t.id, t.files, t.solution, t.prompt) for t in c2bench_suite(v)] for v in ("v1", "v2")}
     for mod in (c1, c2, d): monkeypatch.setattr(mod, "stdlib_dir", lambda: tmp_path / "no-stdlib")
     for v in ("v1", "v2"):

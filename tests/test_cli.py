@@ -3,7 +3,7 @@ and one-line errors (exit status 2) for user mistakes."""
 import json, re, shutil
 import pytest
 from conftest import c2, one_line_error
-from composer2.pretrain import read_losses
+from composer2.pretrain.stages import read_losses
 
 def test_help_lists_subcommands():
     r = c2("--help")
@@ -87,7 +87,7 @@ def test_fresh_data_to_trained_model_generating(smoke_data, trained, tmp_path):
     one_line_error(c2(*ev[:-2], "-k", "0"), "need at least one sample per task")
 
 def test_study_list_names_every_study_in_aligned_columns():
-    from composer2.studies import STUDIES
+    from composer2.studies.registry import STUDIES
     r = c2("study", "list")
     lines = r.stdout.splitlines()
     assert r.returncode == 0 and [l.split()[0] for l in lines] == list(STUDIES)
@@ -107,8 +107,8 @@ print(json.dumps(dict(prompt=x[0].tolist(), tokens=out[0, x.shape[1]:].tolist(),
 def test_export_to_hugging_face_and_import_back(smoke_data, trained, tmp_path):
     "c2 export -> transformers alone (a fresh process, offline) equals our engine, in the harness too; c2 import -> the same bits."
     import os, subprocess, sys, torch
-    from composer2.engine import Engine
-    from composer2.train import load_checkpoint
+    from composer2.model.engine import Engine
+    from composer2.model.checkpoint import load_checkpoint
     ck, hf = trained[0] / "final.pt", tmp_path / "hf"
     r = c2("export", "--scale", "smoke", f"data.dir={smoke_data}", "--checkpoint", str(ck), "--out", str(hf))
     assert r.returncode == 0, r.stderr

@@ -1,8 +1,8 @@
 """MXFP8 / NVFP4 kernels from the outside: the benchmark script's --smoke run (so it cannot rot while no GPU runs it),
 the `nvfp4` expert backend through the real CLI (config rule, training refused in one line), and the kernels still
-working when Triton was imported before composer2.mx_quant (as torch.optim does through torch._dynamo), and (slow)
+working when Triton was imported before composer2.kernels.mx_quant (as torch.optim does through torch._dynamo), and (slow)
 the smoke model's training curve with MXFP8 experts against FP32 on the CPU.
-The kernels' own correctness tests live in nbs/02_mx_quant, 03_mx_gemm and 04_nvfp4; the MoE layer's in nbs/05_model."""
+The kernels' own correctness tests live in nbs/20_mx_quant, 21_mx_gemm and 22_nvfp4; the MoE layer's in nbs/31_model."""
 import json, os, subprocess, sys
 import pytest
 from conftest import ROOT, c2, one_line_error
@@ -61,8 +61,8 @@ def test_kernels_after_triton_was_imported_first():
     code = """
 import torch, torch._dynamo
 opt = torch.optim.AdamW([torch.nn.Parameter(torch.randn(3))])
-from composer2.mx_quant import INTERPRET, to_mx
-from composer2.nvfp4 import to_nvfp4, nvfp4_expert_mm
+from composer2.kernels.mx_quant import INTERPRET, to_mx
+from composer2.kernels.nvfp4 import to_nvfp4, nvfp4_expert_mm
 x = torch.randn(32, 64)
 assert INTERPRET or torch.cuda.is_available()
 a, b = to_nvfp4(x.to("cuda" if torch.cuda.is_available() else "cpu")), to_nvfp4(x, backend="torch")

@@ -3,8 +3,8 @@ preemption, and one-line errors for a missing predecessor, another data dir and 
 import json, signal, subprocess, time
 import pytest, torch
 from conftest import C2, ROOT, c2, one_line_error
-from composer2.pretrain import read_losses
-from composer2.runner import open_run
+from composer2.pretrain.stages import read_losses
+from composer2.runs import open_run
 
 STEPS = 24
 def args(runs, data, *extra):
@@ -72,8 +72,8 @@ def test_missing_predecessor_and_bad_checkpoints(smoke_data, tmp_path):
 
 def test_checkpoint_from_other_data_is_refused(smoke_data, tmp_path):
     from composer2.config import load_config
-    from composer2.train import save_checkpoint
-    from composer2.model import MoETransformer
+    from composer2.model.checkpoint import save_checkpoint
+    from composer2.model.moe import MoETransformer
     cfg = load_config("smoke", overrides=["model.vocab_size=1024"])
     base = tmp_path / "smoke" / "base"
     save_checkpoint(base / "final.pt", MoETransformer(cfg.model), cfg, data_key="0123456789abcdef")

@@ -1,11 +1,12 @@
 """Training provenance through the real `c2 pretrain`: a cached stage records the code it was trained at; after a model
 line is edited (a copy of the package with one line changed, run through PYTHONPATH) the stage is trained again rather
 than reused, `--reuse-stale` reuses it and says so, and a result whose training came from the other code is stale in
-the results index (`composer2.runner.open_run`, `stale_training`, `code_label`)."""
+the results index (`composer2.runs.open_run`, `stale_training`, `code_label`)."""
 import json, os, shutil, subprocess, sys
 from conftest import ROOT, RUNS, c2
-from composer2.runner import build_index, stale_training
-from composer2.studies import code_digest
+from composer2.studies.runner import build_index
+from composer2.runs import stale_training
+from composer2.runs import code_digest
 
 def stage(runs, data):
     "The smallest cached stage: base at smoke scale, two steps."
@@ -17,7 +18,7 @@ def edited_checkout(tmp_path):
     root = tmp_path / "edited"
     shutil.copytree(ROOT / "composer2", root / "composer2", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "nbs" / "scales", root / "nbs" / "scales")
-    model = root / "composer2" / "model.py"
+    model = root / "composer2" / "model" / "moe.py"
     model.write_text(model.read_text().replace("\n", "\n# an edited model line\n", 1))
     return root
 
@@ -32,7 +33,7 @@ def run_edited(root, *args):
 INDEX = """
 import sys
 from pathlib import Path
-from composer2.runner import build_index
+from composer2.studies.runner import build_index
 print(build_index(Path(sys.argv[1])).read_text())
 """
 

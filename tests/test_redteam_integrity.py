@@ -7,19 +7,19 @@ import shutil
 from collections import defaultdict
 import pytest
 from composer2.config import load_config
-from composer2.c2bench import c2bench_suite
-from composer2.docs import docs_search
-from composer2.episode import run_episode, run_episodes
-from composer2.host import BWRAP_MISSING
-from composer2.judge import judge, judge_spec
-from composer2.policies import OraclePolicy
-from composer2.protocol import format_tool_call
-from composer2.sandbox import Sandbox
-from composer2.synthetic import long_horizon_suite, synthetic_suite
-from composer2.tasks import Task
-from composer2.tools import Toolbox
-from composer2.protocol import ToolCall
-from composer2.workspace import make_workspace, remove_workspace
+from composer2.tasks.c2bench import c2bench_suite
+from composer2.agent.docs_index import docs_search
+from composer2.agent.episode import run_episode, run_episodes
+from composer2.sandbox.host import BWRAP_MISSING
+from composer2.tasks.judge import judge, judge_spec
+from composer2.agent.policies import OraclePolicy
+from composer2.agent.protocol import format_tool_call
+from composer2.sandbox.bwrap import Sandbox
+from composer2.tasks.synthetic import long_horizon_suite, synthetic_suite
+from composer2.tasks.task import Task
+from composer2.agent.tools import Toolbox
+from composer2.agent.protocol import ToolCall
+from composer2.sandbox.workspace import make_workspace, remove_workspace
 from test_redteam import host, secret  # noqa: F401  (the host's files, mounts and cgroups, unchanged after each test)
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason=BWRAP_MISSING)

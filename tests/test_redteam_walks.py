@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 import torch
 from composer2.config import load_config
-from composer2.host import BWRAP_MISSING
-from composer2.engine import Generation, stream_key
-from composer2.episode import read_workspace, run_episode
-from composer2.judge import Verdict, judge, judge_spec
-from composer2.paths import MAX_WALK_DEPTH, Walk, list_beneath, workspace_digest
-from composer2.protocol import format_tool_call
-from composer2.rollout import Rollouts
-from composer2.sandbox import Sandbox
-from composer2.synthetic import synthetic_suite
-from composer2.tools import Toolbox
-from composer2.workspace import default_root, give_to_sandbox, make_workspace, remove_workspace
+from composer2.sandbox.host import BWRAP_MISSING
+from composer2.model.engine import Generation, stream_key
+from composer2.agent.episode import read_workspace, run_episode
+from composer2.tasks.judge import Verdict, judge, judge_spec
+from composer2.sandbox.paths import MAX_WALK_DEPTH, Walk, list_beneath, workspace_digest
+from composer2.agent.protocol import format_tool_call
+from composer2.rl.rollout import Rollouts
+from composer2.sandbox.bwrap import Sandbox
+from composer2.tasks.synthetic import synthetic_suite
+from composer2.agent.tools import Toolbox
+from composer2.sandbox.workspace import default_root, give_to_sandbox, make_workspace, remove_workspace
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason=BWRAP_MISSING)
 CFG = load_config("smoke")
@@ -127,8 +127,8 @@ def test_walks_hold_a_bounded_number_of_descriptors(tmp_path):
         assert most <= n0 + 12 and nfds() == n0, (n0, most)
         # the same walks in a process allowed 200 descriptors in all (the old ones failed there with EMFILE)
         code = (f"import resource\nresource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))\n"
-                f"from composer2.paths import Walk, list_beneath, workspace_digest\n"
-                f"from composer2.workspace import give_to_sandbox, remove_workspace\n"
+                f"from composer2.sandbox.paths import Walk, list_beneath, workspace_digest\n"
+                f"from composer2.sandbox.workspace import give_to_sandbox, remove_workspace\n"
                 f"ws = {str(ws)!r}\n"
                 f"print(sum(1 for _ in Walk(ws, max_depth=10_000)), list_beneath(ws), workspace_digest(ws) is None,\n"
                 f"      workspace_digest(ws, max_depth=10_000) is not None)\n"
@@ -180,7 +180,7 @@ class ScriptServer:
 
 @pytest.fixture(scope="module")
 def data():
-    from composer2.data import build_data
+    from composer2.data.corpus import build_data
     return build_data(CFG, progress=False)
 
 
@@ -198,7 +198,7 @@ def test_a_deep_tree_rollout_stays_in_its_group_with_an_unsolved_reward(syn, dat
 
     # and if the host still fails at what a policy did (here the final read raises, as it did on such a tree), the
     # episode is failed, not dropped: the group keeps its size and the rollout gets that same unsolved reward
-    import composer2.episode as episode
+    import composer2.agent.episode as episode
     real = episode.read_workspace
     def failing(ws):
         if (Path(ws) / "d").exists(): raise RecursionError("maximum recursion depth exceeded")

@@ -17,9 +17,9 @@ def rows(path):
 
 def expected_pool(runs, data, *extra):
     "The prompt pool the run's config defines (its single epoch), computed the way the run does."
-    from composer2.async_rl import prompt_pool
+    from composer2.rl.driver import prompt_pool
     from composer2.config import load_config
-    from composer2.suites import load_suite
+    from composer2.tasks.suites import load_suite
     cfg = load_config("smoke", overrides=[f"data.dir={data}", f"rl.runs={runs}", *extra])
     return prompt_pool(cfg, [t.id for t in load_suite(cfg, "train")])
 
@@ -86,7 +86,7 @@ def test_async_sigkill_then_rerun_trains_every_prompt_once(smoke_data, tmp_path)
 
 def test_bad_state_is_one_line(smoke_data, tmp_path):
     import torch
-    from composer2.runner import open_run
+    from composer2.runs import open_run
     run = tmp_path / "smoke" / "async"
     open_run(run)                                 # a run started at the code now (one with no record would be trained again)
     torch.save({"version": 1, "pool": []}, run / "checkpoint.pt")   # a valid torch file, not a whole RL checkpoint

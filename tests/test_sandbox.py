@@ -1,15 +1,17 @@
-"""Security tests of composer2.sandbox: every attack runs in a real bubblewrap sandbox, and each test checks both
+"""Security tests of composer2.sandbox.bwrap: every attack runs in a real bubblewrap sandbox, and each test checks both
 that it was contained and that the host is unchanged (files hashed before and after, host processes and sockets
 watched from outside)."""
 import hashlib, os, shutil, socket, subprocess, sys, threading, time, uuid
 from pathlib import Path
 import pytest
-from composer2.config import C2Error, SandboxConfig
-from composer2 import sandbox as sbx
-from composer2.host import BWRAP_MISSING
-from composer2.sandbox import Sandbox, SandboxPool, sandbox_limits
-from composer2.paths import list_beneath, printable, read_beneath, read_bytes_beneath, remove_beneath, replace_beneath, safe_path, write_beneath
-from composer2.workspace import make_workspace, remove_workspace
+from composer2.core import C2Error
+from composer2.config import SandboxConfig
+from composer2.sandbox import bwrap as sbx
+from composer2.sandbox.host import BWRAP_MISSING
+from composer2.sandbox.bwrap import Sandbox, SandboxPool, sandbox_limits
+from composer2.sandbox.paths import (list_beneath, printable, read_beneath, read_bytes_beneath, remove_beneath,
+                                     replace_beneath, safe_path, write_beneath)
+from composer2.sandbox.workspace import make_workspace, remove_workspace
 
 need_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason=BWRAP_MISSING)
 LIMITS = SandboxConfig(timeout=5, cpu_seconds=3, memory_mb=256, max_processes=32, file_size_mb=4, tmp_mb=16, max_output=4096)
@@ -44,7 +46,7 @@ def host_pids(marker: str) -> list[int]:
 
 def test_unavailable_without_bwrap(tmp_path):
     # the real lookup in a real interpreter whose PATH has no bwrap: no mock
-    code = "from composer2.workspace import make_workspace\nfrom composer2.sandbox import Sandbox\ntry: Sandbox(make_workspace({}))\nexcept Exception as e: print(type(e).__name__, e)"
+    code = "from composer2.sandbox.workspace import make_workspace\nfrom composer2.sandbox.bwrap import Sandbox\ntry: Sandbox(make_workspace({}))\nexcept Exception as e: print(type(e).__name__, e)"
     r = subprocess.run([sys.executable, "-c", code], env={"PATH": str(tmp_path)}, capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == f"SandboxUnavailable {BWRAP_MISSING}", (r.stdout, r.stderr)
 

@@ -1,14 +1,17 @@
-"""The library's shape, checked from its files: dependencies point down the notebook order (no module imports a module
-of a later notebook, so there is no import cycle), no notebook imports a later notebook's module, and export cells
-stay small. (A hard cap on a module's lines made code wider rather than clearer: issue 46 dropped it.) Each import
-is found by parsing (`ast`), including imports inside functions, which an import-time check would miss."""
+"""The library's shape, checked from its files: modules live in folders by concern (`composer2/FOLDER/MODULE.py`, a few
+shared ones at the top), dependencies point down the notebook order (no module imports a module of a later notebook,
+so there is no import cycle, and a lazy `"composer2.x.y:function"` string points down too), no notebook imports a later
+notebook's module, a folder's notebooks are numbered together, no module takes another folder's private name, and
+export cells stay small. Each import is found by parsing (`ast`), including imports inside functions, which an
+import-time check would miss."""
 import ast, json, re
 from pathlib import Path
-import pytest
 from conftest import ROOT
 
 NBS = sorted((ROOT / "nbs").glob("*.ipynb"))
+PKG = ROOT / "composer2"
 MAX_MEAN_EXPORT_CELL_LINES = 20
+LAZY = re.compile(r"composer2\.([\w.]+?)(?::\w+)?")
 
 
 def cells(nb):
@@ -19,56 +22,109 @@ def source(cell):
     return "".join(cell["source"])
 
 
+def default_exp(nb) -> str | None:
+    for c in cells(nb):
+        m = re.match(r"#\|\s*default_exp\s+(\S+)", source(c))
+        if m: return m.group(1)
+    return None
+
+
 def module_order() -> dict:
-    "{module: position} in notebook order, from each notebook's `#| default_exp`."
+    "{dotted module: position} in notebook order, from each notebook's `#| default_exp`."
     order = {}
     for nb in NBS:
-        for c in cells(nb):
-            m = re.match(r"#\|\s*default_exp\s+(\S+)", source(c))
-            if m: order[m.group(1)] = len(order)
+        m = default_exp(nb)
+        if m: order[m] = len(order)
     return order
 
 
-def composer2_imports(code: str, package_relative: bool) -> set:
-    "The composer2 modules `code` imports, at any depth (function-level imports included)."
-    out = set()
+def folder(module: str) -> str:
+    "A module's folder; a top-level module is a folder of its own."
+    return module.rsplit(".", 1)[0] if "." in module else module
+
+
+def imports(code: str, module: str | None, known: set) -> list[tuple[str, list[str]]]:
+    """The composer2 modules `code` imports, at any depth, each with the names taken from it: [(module, names)].
+    `module` is the dotted module the code belongs to (for relative imports), None for a notebook's or a test's code."""
+    out = []
     for n in ast.walk(ast.parse(code)):
-        if isinstance(n, ast.ImportFrom) and n.module:
-            if n.level == 1 and package_relative: out.add(n.module.split(".")[0])
-            elif n.module.startswith("composer2."): out.add(n.module.split(".")[1])
-            elif n.module == "composer2": out |= {a.name for a in n.names}
+        if isinstance(n, ast.ImportFrom):
+            if n.level:
+                if module is None: continue
+                base = module.split(".")[:-n.level] if n.level <= module.count(".") + 1 else []
+                target = ".".join(base + ([n.module] if n.module else []))
+            elif n.module and (n.module == "composer2" or n.module.startswith("composer2.")):
+                target = n.module[len("composer2."):] if n.module != "composer2" else ""
+            else: continue
+            names = [a.name for a in n.names]
+            if target in known: out.append((target, names))
+            else: out += [(f"{target}.{a}".lstrip("."), []) for a in names if f"{target}.{a}".lstrip(".") in known]
         elif isinstance(n, ast.Import):
-            out |= {a.name.split(".")[1] for a in n.names if a.name.startswith("composer2.")}
+            out += [(a.name[len("composer2."):], []) for a in n.names if a.name[len("composer2."):] in known]
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and module is not None:
+            m = LAZY.fullmatch(n.value)
+            if m and m.group(1) in known: out.append((m.group(1), []))
     return out
+
+
+def module_file(mod: str) -> Path:
+    return PKG / (mod.replace(".", "/") + ".py")
 
 
 def test_every_module_has_a_notebook():
     order = module_order()
-    mods = {p.stem for p in (ROOT / "composer2").glob("*.py")} - {"__init__", "_modidx"}
+    mods = {p.relative_to(PKG).with_suffix("").as_posix().replace("/", ".") for p in PKG.rglob("*.py")}
+    mods = {m for m in mods if m.split(".")[-1] not in ("__init__", "_modidx")}
     assert mods == set(order), (mods ^ set(order))
 
 
 def test_modules_import_only_earlier_modules():
     order, upward = module_order(), []
     for mod, pos in order.items():
-        deps = composer2_imports((ROOT / "composer2" / f"{mod}.py").read_text(), package_relative=True) & set(order)
+        deps = {d for d, _ in imports(module_file(mod).read_text(), mod, set(order))}
         upward += [f"{mod} -> {d}" for d in deps if order[d] >= pos and d != mod]
     assert not upward, "imports of a later notebook's module (or a cycle): " + ", ".join(upward)
+
+
+def test_no_module_takes_another_folders_private_name():
+    order, taken = module_order(), []
+    for mod in order:
+        for dep, names in imports(module_file(mod).read_text(), mod, set(order)):
+            taken += [f"{mod} <- {dep}.{n}" for n in names if n.startswith("_") and folder(dep) != folder(mod)]
+    assert not taken, "private names taken across folders: " + ", ".join(taken)
 
 
 def test_notebooks_import_only_earlier_modules():
     order, upward = module_order(), []
     for nb in NBS:
-        mine = {re.match(r"#\|\s*default_exp\s+(\S+)", source(c)).group(1) for c in cells(nb)
-                if re.match(r"#\|\s*default_exp\s+(\S+)", source(c))}
-        limit = max((order[m] for m in mine), default=-1)
+        mine = default_exp(nb)
+        limit = order[mine] if mine else -1
         for c in cells(nb):
             if c["cell_type"] != "code": continue
             code = "\n".join(l for l in source(c).splitlines() if not l.lstrip().startswith(("%", "!")))
-            try: deps = composer2_imports(code, package_relative=False) & set(order)
+            try: deps = {d for d, _ in imports(code, None, set(order))}
             except SyntaxError: continue
             upward += [f"{nb.name} -> {d}" for d in deps if order[d] > limit]
     assert not upward, "notebooks importing a later notebook's module: " + ", ".join(sorted(set(upward)))
+
+
+def test_a_folders_notebooks_are_numbered_together():
+    runs = []
+    for mod in module_order():
+        if not runs or runs[-1] != folder(mod): runs.append(folder(mod))
+    split = sorted({f for f in runs if runs.count(f) > 1})
+    assert not split, f"folders whose notebooks are not contiguous in the notebook order: {split}"
+
+
+def test_the_structure_checks_can_fail():
+    "The import finder sees what the checks above rely on: relative, absolute, function-level and lazy imports."
+    known = {"config", "core", "model.moe", "kernels.registry", "kernels.mx_gemm", "agent.rewards"}
+    code = ("from ..config import Config\nfrom .registry import _private\ndef f():\n    from composer2.model.moe import M\n"
+            "X = 'composer2.kernels.mx_gemm:mxfp8_grouped_mm'\nfrom composer2.agent import rewards\nimport composer2.core\n")
+    found = imports(code, "kernels.registry", known)
+    assert found == [("config", ["Config"]), ("kernels.registry", ["_private"]), ("agent.rewards", []),
+                     ("core", []), ("model.moe", ["M"]), ("kernels.mx_gemm", [])], found
+    assert folder("kernels.registry") == "kernels" and folder("config") == "config"
 
 
 def test_export_cells_are_small():

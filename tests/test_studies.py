@@ -5,7 +5,7 @@ import json, re
 import pytest
 from conftest import c2, one_line_error
 from composer2.config import load_config
-from composer2.studies import STUDIES
+from composer2.studies.registry import STUDIES
 
 CLAIM_KEYS = {"id", "statement", "measured", "threshold", "holds"}
 

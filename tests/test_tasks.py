@@ -6,16 +6,16 @@ import dataclasses, json, time
 import pytest
 from conftest import c2, one_line_error
 from composer2.config import load_config
-from composer2.episode import run_episodes
-from composer2.judge import run_tests
-from composer2.policies import OraclePolicy, RandomPolicy
-from composer2.suites import load_suite
-from composer2.synthetic import long_horizon_suite, synthetic_suite
+from composer2.agent.episode import run_episodes
+from composer2.tasks.judge import run_tests
+from composer2.agent.policies import OraclePolicy, RandomPolicy
+from composer2.tasks.suites import load_suite
+from composer2.tasks.synthetic import long_horizon_suite, synthetic_suite
 
 CFG = load_config("smoke")
 
 def _need_sandbox():
-    from composer2.host import SandboxUnavailable, bwrap_path
+    from composer2.sandbox.host import SandboxUnavailable, bwrap_path
     try: bwrap_path()
     except SandboxUnavailable as e: pytest.skip(str(e))
 
@@ -27,8 +27,8 @@ def suites():
                 lh=long_horizon_suite(t, "train", 20, context_tokens=CFG.model.max_seq_len) + long_horizon_suite(t, "eval", 10))
 
 def _verdicts(tasks, workers=4):
-    from composer2.sandbox import Sandbox, SandboxPool
-    from composer2.workspace import make_workspace, remove_workspace
+    from composer2.sandbox.bwrap import Sandbox, SandboxPool
+    from composer2.sandbox.workspace import make_workspace, remove_workspace
     def one(task):
         out = []
         for files in (task.files, task.target):
@@ -69,7 +69,7 @@ def test_oracle_solves_and_random_does_not(suites, capsys):
 
 def test_oracle_solves_c2bench_through_edit_file(capsys):
     _need_sandbox()
-    from composer2.c2bench import spread_sample
+    from composer2.tasks.c2bench import spread_sample
     tasks = spread_sample(load_suite(load_config("smoke", overrides=["tasks.suite=c2bench"]), "eval"), 8)
     eps = run_episodes(tasks, lambda t: OraclePolicy(), CFG, workers=4)
     with capsys.disabled(): print(f"\noracle on c2bench: {sum(e.solved for e in eps)}/{len(eps)}")

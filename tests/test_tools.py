@@ -6,14 +6,15 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from composer2.config import load_config
-from composer2.data import SPECIAL_TOKENS, open_data
-from composer2.rewards import Effort, compute_reward, effort_from_transcript
-from composer2.sandbox import Sandbox
-from composer2.host import SandboxUnavailable, bwrap_path
-from composer2.workspace import make_workspace, remove_workspace
-from composer2.protocol import END_THINK, SYSTEM_PROMPT, THINK, TOOL_CALL, TOOLS, Message, ToolCall, Transcript, format_tool_call, parse_tool_calls, parse_turn
-from composer2.search import SemanticIndex
-from composer2.tools import Toolbox
+from composer2.data.corpus import SPECIAL_TOKENS, open_data
+from composer2.agent.rewards import Effort, compute_reward, effort_from_transcript
+from composer2.sandbox.bwrap import Sandbox
+from composer2.sandbox.host import SandboxUnavailable, bwrap_path
+from composer2.sandbox.workspace import make_workspace, remove_workspace
+from composer2.agent.protocol import (END_THINK, SYSTEM_PROMPT, THINK, TOOL_CALL, TOOLS, Message, ToolCall,
+                                      Transcript, format_tool_call, parse_tool_calls, parse_turn)
+from composer2.agent.search import SemanticIndex
+from composer2.agent.tools import Toolbox
 
 # ---- strategies
 TOKENISH = SPECIAL_TOKENS + ["<|", "|>", "{", "}", "[", "]", '"', ":", ",", "\\", "\n", "null", "true"]

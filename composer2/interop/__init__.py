@@ -1,0 +1,1 @@
+"""Hugging Face export and import of composer2 checkpoints. Not the model itself."""

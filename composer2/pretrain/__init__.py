@@ -1,0 +1,1 @@
+"""Staged pretraining with Lightning: base, continued pretraining, MTP, long context, SFT. Not RL."""
