@@ -10,12 +10,12 @@ EXECUTOR ?= local
 LAB_DIR ?= .
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)   # Jupyter refuses root otherwise (CI runs as root)
 
-.PHONY: setup system-packages test reproduce pipeline lab export clean-venv slurm-up slurm-down
+.PHONY: setup system-packages test reproduce pipeline lab export format clean-venv slurm-up slurm-down
 
 setup: system-packages $(STAMP)
 
-# Debian packages: bubblewrap (the rollout sandboxes), chromium (the results page checked in a real browser), gcc (composer2.native's
-# decode-attention kernel, built on first use) and the real local Slurm cluster (munge, slurmctld, slurmd,
+# Debian packages: bubblewrap (the rollout sandboxes), chromium (the results page checked in a real browser), gcc
+# (composer2.kernels.native's decode-attention kernel, built on first use) and the real local Slurm cluster (munge, slurmctld, slurmd,
 # slurmdbd, MariaDB). Installed when missing and we are root; otherwise one line says so (the tests that need them
 # are then skipped, which CI counts as failing).
 system-packages:
@@ -60,6 +60,11 @@ slurm-down:
 
 export: setup
 	$(BIN)/nbdev_export && $(BIN)/nbdev_clean
+
+# ruff format (120-character lines, one statement per line) over the notebooks and scripts, then export: make test
+# checks both
+format: setup
+	$(BIN)/ruff format nbs tests kernels tools $(wildcard studies/*.ipynb) && $(MAKE) export
 
 clean-venv:
 	rm -rf $(VENV)

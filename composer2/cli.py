@@ -20,39 +20,55 @@ __all__ = ['REUSE_HELP', 'system_info', 'cmd_info', 'cmd_config', 'cmd_data_buil
 
 # %% ../nbs/99_cli.ipynb #23c004
 def _version(pkg):
-    try: return metadata.version(pkg)
-    except metadata.PackageNotFoundError: return "not installed"
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return "not installed"
 
 # %% ../nbs/99_cli.ipynb #23c004-1
 def _probe(cmd, timeout=5):
     "Run a short probe command; True when it exits 0."
-    try: return subprocess.run(cmd, capture_output=True, timeout=timeout).returncode == 0
-    except (OSError, subprocess.TimeoutExpired): return False
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=timeout).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 # %% ../nbs/99_cli.ipynb #23c004-2
 def _slurm_state() -> str:
     from composer2.studies.dispatch import slurm_env, slurm_problem
+
     problem = slurm_problem()
-    return f"controller up (SLURM_CONF={slurm_env().get('SLURM_CONF', '/etc/slurm/slurm.conf')})" if problem is None else problem
+    return (
+        f"controller up (SLURM_CONF={slurm_env().get('SLURM_CONF', '/etc/slurm/slurm.conf')})"
+        if problem is None
+        else problem
+    )
 
 # %% ../nbs/99_cli.ipynb #23c004-3
 def system_info() -> dict:
     "Versions, device, data dir and which optional real parts (Slurm, bubblewrap, a GPU) work on this machine."
     import torch
     from composer2.data.corpus import data_root
+
     cfg = load_config("smoke")
     root = data_root(cfg.data)
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     sbatch = shutil.which("sbatch")
     return {
-        "composer2": _version("composer2"), "python": platform.python_version(),
+        "composer2": _version("composer2"),
+        "python": platform.python_version(),
         **{p: _version(p) for p in ["torch", "tokenizers", "omegaconf", "numpy", "nbdev", "papermill"]},
         "device": f"cuda ({gpu})" if gpu else f"cpu ({torch.get_num_threads()} threads)",
         "data_dir": str(root),
         "data_builds": sorted(q.parent.name for q in root.glob("*/DONE")),
         "slurm": _slurm_state() if sbatch else "not installed",
-        "bubblewrap": ("works" if _probe(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "true"]) else "installed, cannot create a sandbox here")
-                      if shutil.which("bwrap") else "not installed (apt-get install bubblewrap)",
+        "bubblewrap": (
+            "works"
+            if _probe(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "true"])
+            else "installed, cannot create a sandbox here"
+        )
+        if shutil.which("bwrap")
+        else "not installed (apt-get install bubblewrap)",
         "gpu": gpu or "none",
     }
 
@@ -63,12 +79,16 @@ def _add_config_args(p):
     p.add_argument("overrides", nargs="*", metavar="key=value", help="overrides, e.g. model.n_layers=4")
 
 # %% ../nbs/99_cli.ipynb #23c008-1
-def _cfg(a): return load_config(a.scale, a.config, a.overrides)
+def _cfg(a):
+    return load_config(a.scale, a.config, a.overrides)
 
 # %% ../nbs/99_cli.ipynb #23c008-1r
-REUSE_HELP = (f"reuse cached training (pretraining stages, RL runs) trained at other library code than the "
-              f"current, saying which (the same as {REUSE_STALE}=1); by default such a run is moved aside to .stale/ "
-              "and trained again")
+REUSE_HELP = (
+    f"reuse cached training (pretraining stages, RL runs) trained at other library code than the "
+    f"current, saying which (the same as {REUSE_STALE}=1); by default such a run is moved aside to .stale/ "
+    "and trained again"
+)
+
 
 def _add_reuse_arg(p):
     "`--reuse-stale` (`REUSE_HELP`), for the commands that train or run studies; `main` sets `$C2_REUSE_STALE` from it."
@@ -77,43 +97,57 @@ def _add_reuse_arg(p):
 # %% ../nbs/99_cli.ipynb #23c008-2
 def cmd_info(a):
     info = system_info()
-    if a.json: print(json.dumps(info, indent=1)); return
+    if a.json:
+        print(json.dumps(info, indent=1))
+        return
     w = max(map(len, info))
-    for k, v in info.items(): print(f"{k:<{w}}  {', '.join(v) if isinstance(v, list) else v}")
+    for k, v in info.items():
+        print(f"{k:<{w}}  {', '.join(v) if isinstance(v, list) else v}")
 
 # %% ../nbs/99_cli.ipynb #23c008-3
-def cmd_config(a): print(to_yaml(_cfg(a)), end="")
+def cmd_config(a):
+    print(to_yaml(_cfg(a)), end="")
 
 # %% ../nbs/99_cli.ipynb #23c008-4
 def cmd_data_build(a):
     from composer2.data.corpus import build_data
+
     d = build_data(_cfg(a), progress=True, force=a.force)
     print(f"data ready: {d.path}")
 
 # %% ../nbs/99_cli.ipynb #23c008-4b
 def copy_line(c: dict) -> str:
     "One line on a checkpoint's in-context copying (`composer2.model.checkpoint.copy_nll`)."
-    return (f"in-context copy: a repeated random span at {c['repeat']:.2f} nats/token, {c['first']:.2f} the first time "
-            f"(ln V = {c['uniform']:.2f}; a model that copies is near 0 the second time)")
-
+    return (
+        f"in-context copy: a repeated random span at {c['repeat']:.2f} nats/token, {c['first']:.2f} the first time "
+        f"(ln V = {c['uniform']:.2f}; a model that copies is near 0 the second time)"
+    )
 
 # %% ../nbs/99_cli.ipynb #23c008-5
 def cmd_train(a):
     from composer2.pretrain.stages import train
+
     cfg = _cfg(a)
     res = train(cfg, out=a.out)
     if res.get("skipped"):
-        print(f"already trained: {res['checkpoint']} ({res['steps']} steps; delete {Path(res['checkpoint']).parent} to train again)")
+        print(
+            f"already trained: {res['checkpoint']} ({res['steps']} steps; delete {Path(res['checkpoint']).parent} to train again)"
+        )
         return
     p = res["params"]
-    print(f"trained {res['steps']} steps, {res['tokens']:,} tokens in {res['seconds']:.0f}s ({res['tokens'] / max(res['seconds'], 1e-9):,.0f} "
-          f"tok/s on {res['device']}); {p['total']:,} params, {p['active']:,} active")
-    before = res["initial_internal_nll"]   # None when the run resumed from a checkpoint
+    print(
+        f"trained {res['steps']} steps, {res['tokens']:,} tokens in {res['seconds']:.0f}s ({res['tokens'] / max(res['seconds'], 1e-9):,.0f} "
+        f"tok/s on {res['device']}); {p['total']:,} params, {p['active']:,} active"
+    )
+    before = res["initial_internal_nll"]  # None when the run resumed from a checkpoint
     print(f"internal-codebase NLL: {'' if before is None else f'{before:.3f} -> '}{res['internal_nll']:.3f} nats/token")
-    if "copy" in res: print(copy_line(res["copy"]))
+    if "copy" in res:
+        print(copy_line(res["copy"]))
     if res["stopped_early"]:
-        print(f"stopped early: the train.minutes={cfg.train.minutes:g} budget ended the run after {res['steps']} of "
-              f"{res['planned_steps']} steps, before the learning-rate schedule (sized for {res['planned_steps']}) decayed")
+        print(
+            f"stopped early: the train.minutes={cfg.train.minutes:g} budget ended the run after {res['steps']} of "
+            f"{res['planned_steps']} steps, before the learning-rate schedule (sized for {res['planned_steps']}) decayed"
+        )
     print(f"checkpoint: {res['checkpoint']}")
 
 # %% ../nbs/99_cli.ipynb #23c008-6
@@ -121,54 +155,79 @@ def cmd_generate(a):
     from composer2.data.corpus import open_data
     from composer2.model.engine import Engine
     from composer2.model.checkpoint import load_checkpoint
+
     cfg = _cfg(a)
     data = open_data(cfg)
     model, _ = load_checkpoint(a.checkpoint)
     s = cfg.sample
-    gens, st = Engine(model).generate([data.encode(a.prompt)] * a.n, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                                      top_p=s.top_p, stop_ids=(1,), speculative=s.speculative, seed=s.seed)
-    for g in gens: print(a.prompt + data.decode(g.tokens)); print("-" * 40)
-    if s.speculative: print(f"speculative: acceptance {st.acceptance:.2f}, {st.tokens_per_forward:.2f} tokens per forward")
+    gens, st = Engine(model).generate(
+        [data.encode(a.prompt)] * a.n,
+        max_new_tokens=s.max_new_tokens,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        stop_ids=(1,),
+        speculative=s.speculative,
+        seed=s.seed,
+    )
+    for g in gens:
+        print(a.prompt + data.decode(g.tokens))
+        print("-" * 40)
+    if s.speculative:
+        print(f"speculative: acceptance {st.acceptance:.2f}, {st.tokens_per_forward:.2f} tokens per forward")
 
 # %% ../nbs/99_cli.ipynb #23c008-7
 def cmd_pretrain(a):
     from composer2.pretrain.stages import run_stage
+
     cfg = _cfg(a)
     levels = LEVELS if a.stage == "cpt" and a.level == "all" else [a.level]
     for lv in levels:
         r = run_stage(cfg, a.stage, lv)
-        if r.get("skipped"): print(f"stage {r['stage']} is already complete (delete its directory to rerun)")
+        if r.get("skipped"):
+            print(f"stage {r['stage']} is already complete (delete its directory to rerun)")
         f = lambda v: "n/a" if v is None else f"{v:.3f}"
-        print(f"{r['stage']}: {r['steps']} steps, {r['tokens']:,} tokens; internal-codebase NLL {f(r['internal_nll'])}, "
-              f"val loss {f(r['val_loss'])}, MTP agreement {f(r['mtp_agreement'])}")
-        if "copy" in r: print(copy_line(r["copy"]))   # (stages trained before it was measured have none)
+        print(
+            f"{r['stage']}: {r['steps']} steps, {r['tokens']:,} tokens; internal-codebase NLL {f(r['internal_nll'])}, "
+            f"val loss {f(r['val_loss'])}, MTP agreement {f(r['mtp_agreement'])}"
+        )
+        if "copy" in r:
+            print(copy_line(r["copy"]))  # (stages trained before it was measured have none)
 
 # %% ../nbs/99_cli.ipynb #23c008-8
 def cmd_rl(a):
     from composer2.rl.driver import run_dir, run_rl
+
     cfg = _cfg(a)
     r = run_rl(cfg)
-    if r.get("skipped"): print(f"RL run {run_dir(cfg)} is already complete (delete it to rerun)")
+    if r.get("skipped"):
+        print(f"RL run {run_dir(cfg)} is already complete (delete it to rerun)")
     e0, e1 = r.get("eval_first") or {}, r["eval_last"]
     k = e1["k"]
     f = lambda e, key: "n/a" if key not in e else f"{e[key]:.3f}"
-    print(f"rl {r['mode']}: {r['steps']} steps, {r['prompts']} prompts (from {r['init']}) in {r['seconds']:.0f}s; "
-          f"{r['step_s']:.2f}s/step, rollouts {r['rollout_tokens_per_s']:.0f} tok/s, training {r['train_tokens_per_s']:.0f} tok/s")
-    print(f"held-out pass@1 {f(e0, 'pass_at_1')} -> {f(e1, 'pass_at_1')}, best-of-{k} {f(e0, f'best_of_{k}')} -> {f(e1, f'best_of_{k}')}; "
-          f"mismatch |log p_train - log p_sample| with replay {r['mismatch_replay_mean']:.2e}, without {r['mismatch_noreplay_mean']:.2e}")
+    print(
+        f"rl {r['mode']}: {r['steps']} steps, {r['prompts']} prompts (from {r['init']}) in {r['seconds']:.0f}s; "
+        f"{r['step_s']:.2f}s/step, rollouts {r['rollout_tokens_per_s']:.0f} tok/s, training {r['train_tokens_per_s']:.0f} tok/s"
+    )
+    print(
+        f"held-out pass@1 {f(e0, 'pass_at_1')} -> {f(e1, 'pass_at_1')}, best-of-{k} {f(e0, f'best_of_{k}')} -> {f(e1, f'best_of_{k}')}; "
+        f"mismatch |log p_train - log p_sample| with replay {r['mismatch_replay_mean']:.2e}, without {r['mismatch_noreplay_mean']:.2e}"
+    )
     print(f"run: {run_dir(cfg)}")
 
 # %% ../nbs/99_cli.ipynb #23c008-9
 def cmd_reproduce(a):
     from composer2.studies.dispatch import reproduce
+
     t = time.time()
     failed = reproduce(a.scale, a.executor)
     print(f"reproduce ({a.scale}, {a.executor}): {len(failed)} failed in {time.time() - t:.0f}s")
-    if failed: sys.exit(1)
+    if failed:
+        sys.exit(1)
 
 # %% ../nbs/99_cli.ipynb #23c008-10
 def cmd_study_list(a):
     from composer2.studies.registry import STUDIES, study_scales
+
     w, wr = max(map(len, STUDIES)), max(len(s.reproduces) for s in STUDIES.values())
     for s in STUDIES.values():
         print(f"{s.name:<{w}}  {s.reproduces:<{wr}}  scales: {', '.join(study_scales(s.name)):<16}  {s.title}")
@@ -176,73 +235,111 @@ def cmd_study_list(a):
 # %% ../nbs/99_cli.ipynb #23c008-11
 def cmd_study_run(a):
     from composer2.studies.runner import run_study
+
     run_study(a.name, a.scale, a.out, a.param)
 
 # %% ../nbs/99_cli.ipynb #23c008-12
 def cmd_study_submit(a):
     from composer2.studies.dispatch import submit_study, wait_jobs
-    jobs = submit_study(a.name, a.scale, a.executor, a.sweep, a.param, a.out, partition=a.partition, timeout_min=a.time,
-                        cpus_per_task=a.cpus, gpus_per_node=a.gpus, mem_gb=a.mem)
+
+    jobs = submit_study(
+        a.name,
+        a.scale,
+        a.executor,
+        a.sweep,
+        a.param,
+        a.out,
+        partition=a.partition,
+        timeout_min=a.time,
+        cpus_per_task=a.cpus,
+        gpus_per_node=a.gpus,
+        mem_gb=a.mem,
+    )
     ids = ", ".join(j.job_id for j in jobs)
-    print(f"{a.name} ({a.scale}): submitted {len(jobs)} {a.executor} job{'s' if len(jobs) > 1 else ''}: {ids}", flush=True)
+    print(
+        f"{a.name} ({a.scale}): submitted {len(jobs)} {a.executor} job{'s' if len(jobs) > 1 else ''}: {ids}", flush=True
+    )
     if a.wait:
-        for s in wait_jobs(jobs): print(f"{s['study']} ({s['scale']}): {s['claims_hold']} of {s['claims']} claims hold -> {s['out']}")
-    else: print("follow with: c2 study status")
+        for s in wait_jobs(jobs):
+            print(f"{s['study']} ({s['scale']}): {s['claims_hold']} of {s['claims']} claims hold -> {s['out']}")
+    else:
+        print("follow with: c2 study status")
 
 # %% ../nbs/99_cli.ipynb #23c008-13
 def cmd_study_status(a):
     from composer2.studies.dispatch import study_jobs
+
     jobs = study_jobs(a.n)
-    if a.json: print(json.dumps(jobs, indent=1)); return
-    if not jobs: print("no jobs submitted yet (c2 study submit NAME)"); return
-    rows = [("JOB", "STUDY", "SCALE", "EXECUTOR", "STATE", "SUBMITTED", "OUT")] + \
-           [(j["job_id"], j["study"], j["scale"], j["executor"], j["state"], j["submitted"], j["out"]) for j in jobs]
+    if a.json:
+        print(json.dumps(jobs, indent=1))
+        return
+    if not jobs:
+        print("no jobs submitted yet (c2 study submit NAME)")
+        return
+    rows = [("JOB", "STUDY", "SCALE", "EXECUTOR", "STATE", "SUBMITTED", "OUT")] + [
+        (j["job_id"], j["study"], j["scale"], j["executor"], j["state"], j["submitted"], j["out"]) for j in jobs
+    ]
     w = [max(len(str(r[i])) for r in rows) for i in range(6)]
-    for r in rows: print("  ".join(f"{str(v):<{w[i]}}" for i, v in enumerate(r[:6])) + "  " + str(r[6]))
+    for r in rows:
+        print("  ".join(f"{str(v):<{w[i]}}" for i, v in enumerate(r[:6])) + "  " + str(r[6]))
 
 # %% ../nbs/99_cli.ipynb #23c008-14
 def cmd_study_index(a):
     from composer2.studies.runner import build_index
+
     p = build_index(a.root)
     print(f"index: {p} and {p.with_suffix('.html')}")
 
 # %% ../nbs/99_cli.ipynb #23c008-15
 def _tasks_cfg(a):
     cfg = _cfg(a)
-    if a.suite: cfg.tasks.suite = a.suite
+    if a.suite:
+        cfg.tasks.suite = a.suite
     return cfg
 
 # %% ../nbs/99_cli.ipynb #23c008-16
 def cmd_tasks_stats(a):
     from composer2.tasks.suites import load_suite
     from composer2.tasks.task import suite_stats
+
     cfg = _tasks_cfg(a)
     s = suite_stats(load_suite(cfg, a.split, n=a.n))
-    if a.json: print(json.dumps(s, indent=1)); return
+    if a.json:
+        print(json.dumps(s, indent=1))
+        return
     w = max(map(len, s))
-    for k, v in s.items(): print(f"{k:<{w}}  {v}")
+    for k, v in s.items():
+        print(f"{k:<{w}}  {v}")
 
 # %% ../nbs/99_cli.ipynb #23c008-17
 def cmd_tasks_oracle(a):
     from composer2.agent.episode import run_episodes
     from composer2.agent.policies import OraclePolicy
     from composer2.tasks.suites import load_suite
+
     cfg = _tasks_cfg(a)
     tasks, t = load_suite(cfg, a.split, n=a.n), time.time()
     eps = run_episodes(tasks, lambda task: OraclePolicy(), cfg)
     solved = sum(e.solved for e in eps)
-    print(f"oracle solved {solved}/{len(eps)} {cfg.tasks.suite} {a.split} tasks ({solved / max(len(eps), 1):.1%}) "
-          f"in {time.time() - t:.1f}s, {sum(e.turns for e in eps) / max(len(eps), 1):.1f} turns per task")
+    print(
+        f"oracle solved {solved}/{len(eps)} {cfg.tasks.suite} {a.split} tasks ({solved / max(len(eps), 1):.1%}) "
+        f"in {time.time() - t:.1f}s, {sum(e.turns for e in eps) / max(len(eps), 1):.1f} turns per task"
+    )
     for e in eps:
-        if not e.solved: print(f"  unsolved: {e.task.id} ({e.stop_reason}): {e.test_output.strip().splitlines()[-1:] or ''}")
-    if solved < len(eps): sys.exit(1)
+        if not e.solved:
+            print(f"  unsolved: {e.task.id} ({e.stop_reason}): {e.test_output.strip().splitlines()[-1:] or ''}")
+    if solved < len(eps):
+        sys.exit(1)
 
 # %% ../nbs/99_cli.ipynb #23c008-18
 def cmd_tasks_show(a):
     from composer2.tasks.suites import find_task
     from composer2.tasks.task import task_diff
+
     task = find_task(_tasks_cfg(a), a.id)
-    if a.json: print(task.to_json()); return
+    if a.json:
+        print(task.to_json())
+        return
     print(f"{task.id} ({task.suite}, {task.split})\nprompt: {task.prompt}\ntest: {task.test_cmd}")
     print("meta: " + ", ".join(f"{k}={v}" for k, v in task.meta.items() if k not in ("checklist", "hash")))
     for p, text in sorted(task.files.items()):
@@ -255,53 +352,98 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="c2", description="composer2: reproduce the Composer 2 report at small scale")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     p = sub.add_parser("info", help="versions, device, data dir, and whether Slurm / bubblewrap / a GPU are available")
-    p.add_argument("--json", action="store_true"); p.set_defaults(fn=cmd_info)
-    p = sub.add_parser("config", help="print the resolved config"); _add_config_args(p); p.set_defaults(fn=cmd_config)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_info)
+    p = sub.add_parser("config", help="print the resolved config")
+    _add_config_args(p)
+    p.set_defaults(fn=cmd_config)
     p = sub.add_parser("data", help="the corpus, tokenizer and token shards")
     dsub = p.add_subparsers(dest="data_cmd", required=True, metavar="ACTION")
-    q = dsub.add_parser("build", help="build (or reuse) the data dir for a config"); _add_config_args(q)
-    q.add_argument("--force", action="store_true", help="rebuild even if cached"); q.set_defaults(fn=cmd_data_build)
-    p = sub.add_parser("train", help="train the MoE on the code corpus (the pretraining pipeline's quick path)"); _add_config_args(p)
-    p.add_argument("--out", default=None, help="run directory (default: train.out)"); p.set_defaults(fn=cmd_train)
+    q = dsub.add_parser("build", help="build (or reuse) the data dir for a config")
+    _add_config_args(q)
+    q.add_argument("--force", action="store_true", help="rebuild even if cached")
+    q.set_defaults(fn=cmd_data_build)
+    p = sub.add_parser("train", help="train the MoE on the code corpus (the pretraining pipeline's quick path)")
+    _add_config_args(p)
+    p.add_argument("--out", default=None, help="run directory (default: train.out)")
+    p.set_defaults(fn=cmd_train)
     _add_reuse_arg(p)
-    p = sub.add_parser("generate", help="sample from a checkpoint"); _add_config_args(p)
-    p.add_argument("--checkpoint", required=True); p.add_argument("--prompt", default="def ")
-    p.add_argument("-n", type=int, default=1, help="number of samples"); p.set_defaults(fn=cmd_generate)
-    p = sub.add_parser("pretrain", help="one stage of the staged pretraining pipeline (report section 3)"); _add_config_args(p)
+    p = sub.add_parser("generate", help="sample from a checkpoint")
+    _add_config_args(p)
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--prompt", default="def ")
+    p.add_argument("-n", type=int, default=1, help="number of samples")
+    p.set_defaults(fn=cmd_generate)
+    p = sub.add_parser("pretrain", help="one stage of the staged pretraining pipeline (report section 3)")
+    _add_config_args(p)
     p.add_argument("--stage", required=True, choices=STAGES)
     p.add_argument("--level", default=None, choices=[*LEVELS, "all"], help="compute level of the cpt stage")
     _add_reuse_arg(p)
     p.set_defaults(fn=cmd_pretrain)
-    p = sub.add_parser("export", help="a checkpoint as a Hugging Face directory that transformers loads offline"); _add_config_args(p)
-    p.add_argument("--checkpoint", required=True); p.add_argument("--out", required=True, help="a new directory")
+    p = sub.add_parser("export", help="a checkpoint as a Hugging Face directory that transformers loads offline")
+    _add_config_args(p)
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--out", required=True, help="a new directory")
     p.set_defaults(fn=cmd_export)
-    p = sub.add_parser("import", help="a Hugging Face directory (ours, or any Ernie4.5-MoE / GLM4-MoE) as a composer2 checkpoint")
-    _add_config_args(p); p.add_argument("--hf", required=True, metavar="DIR")
-    p.add_argument("--out", required=True, help="the checkpoint to write (.pt)"); p.set_defaults(fn=cmd_import)
-    p = sub.add_parser("rl", help="asynchronous RL on Ray from the SFT checkpoint (report section 4); rl.mode=sync for the baseline")
-    _add_config_args(p); _add_reuse_arg(p); p.set_defaults(fn=cmd_rl)
+    p = sub.add_parser(
+        "import", help="a Hugging Face directory (ours, or any Ernie4.5-MoE / GLM4-MoE) as a composer2 checkpoint"
+    )
+    _add_config_args(p)
+    p.add_argument("--hf", required=True, metavar="DIR")
+    p.add_argument("--out", required=True, help="the checkpoint to write (.pt)")
+    p.set_defaults(fn=cmd_import)
+    p = sub.add_parser(
+        "rl", help="asynchronous RL on Ray from the SFT checkpoint (report section 4); rl.mode=sync for the baseline"
+    )
+    _add_config_args(p)
+    _add_reuse_arg(p)
+    p.set_defaults(fn=cmd_rl)
     p = sub.add_parser("tasks", help="the agent task suites: statistics, the oracle's solved rate, one task")
     tsub = p.add_subparsers(dest="tasks_cmd", required=True, metavar="ACTION")
+
     def tasks_args(q, n=True):
         _add_config_args(q)
         q.add_argument("--suite", default=None, choices=SUITES, help="default: tasks.suite")
         q.add_argument("--split", default="eval", choices=TASK_SPLITS, help="default: eval")
-        if n: q.add_argument("-n", type=int, default=None, help="number of tasks (default: tasks.n_train / n_eval)")
-    q = tsub.add_parser("stats", help="size, kinds, prompt lengths, lines changed, context needed"); tasks_args(q)
-    q.add_argument("--json", action="store_true"); q.set_defaults(fn=cmd_tasks_stats)
-    q = tsub.add_parser("oracle", help="run the oracle policy over a suite in sandboxes; print its solved rate"); tasks_args(q)
+        if n:
+            q.add_argument("-n", type=int, default=None, help="number of tasks (default: tasks.n_train / n_eval)")
+
+    q = tsub.add_parser("stats", help="size, kinds, prompt lengths, lines changed, context needed")
+    tasks_args(q)
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(fn=cmd_tasks_stats)
+    q = tsub.add_parser("oracle", help="run the oracle policy over a suite in sandboxes; print its solved rate")
+    tasks_args(q)
     q.set_defaults(fn=cmd_tasks_oracle)
-    q = tsub.add_parser("show", help="one task: prompt, files and the fix"); q.add_argument("id", help="a task id, e.g. syn-eval-00003")
-    tasks_args(q, n=False); q.add_argument("--json", action="store_true"); q.set_defaults(fn=cmd_tasks_show)
-    q = tsub.add_parser("eval", help="evaluate a policy on a suite: pass@1 and best-of-K with 95%% intervals"); tasks_args(q)
-    q.add_argument("--policy", "--checkpoint", dest="policy", required=True, metavar="POLICY",
-                   help="a checkpoint (.pt of a pretraining stage, SFT or an RL run) or hf:DIR (a Hugging Face directory: one `c2 export` wrote, or any chat model with a chat template)")
-    q.add_argument("--against", default=None, metavar="POLICY", help="a second policy: the paired change (same sampling streams)")
+    q = tsub.add_parser("show", help="one task: prompt, files and the fix")
+    q.add_argument("id", help="a task id, e.g. syn-eval-00003")
+    tasks_args(q, n=False)
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(fn=cmd_tasks_show)
+    q = tsub.add_parser("eval", help="evaluate a policy on a suite: pass@1 and best-of-K with 95%% intervals")
+    tasks_args(q)
+    q.add_argument(
+        "--policy",
+        "--checkpoint",
+        dest="policy",
+        required=True,
+        metavar="POLICY",
+        help="a checkpoint (.pt of a pretraining stage, SFT or an RL run) or hf:DIR (a Hugging Face directory: one `c2 export` wrote, or any chat model with a chat template)",
+    )
+    q.add_argument(
+        "--against", default=None, metavar="POLICY", help="a second policy: the paired change (same sampling streams)"
+    )
     q.add_argument("-k", type=int, default=8, help="samples per task (default: 8)")
-    q.add_argument("--seed", type=int, default=0, help="sampling seed: sample j of a task draws from the stream (eval, seed, task, j) (default: 0, "
-                   "rl.eval_seed's default, so an RL run's evaluation of the same weights gives the same episodes)")
+    q.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="sampling seed: sample j of a task draws from the stream (eval, seed, task, j) (default: 0, "
+        "rl.eval_seed's default, so an RL run's evaluation of the same weights gives the same episodes)",
+    )
     q.add_argument("--out", default=None, help="also write the per-task results and the table as JSON here")
-    q.add_argument("--json", action="store_true", help="print the table as JSON"); q.set_defaults(fn=cmd_tasks_eval)
+    q.add_argument("--json", action="store_true", help="print the table as JSON")
+    q.set_defaults(fn=cmd_tasks_eval)
     p = sub.add_parser("reproduce", help="run every registered study at a scale and rebuild the results index")
     p.add_argument("--scale", default="cpu", help="smoke, cpu or gpu (default: cpu)")
     p.add_argument("--executor", default="local", help="local (this process, the default) or slurm")
@@ -310,16 +452,29 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("study", help="studies: papermill notebooks that reproduce the report's figures")
     ssub = p.add_subparsers(dest="study_cmd", required=True, metavar="ACTION")
     ssub.add_parser("list", help="registered studies").set_defaults(fn=cmd_study_list)
+
     def study_args(q):
         q.add_argument("name", help="a registered study (c2 study list)")
         q.add_argument("--scale", default="cpu", help="smoke, cpu or gpu (default: cpu)")
         q.add_argument("--out", default=None, help="output dir (default: studies/results/NAME/SCALE)")
-        q.add_argument("-p", "--param", action="append", default=[], metavar="key=value", help="a notebook parameter (repeatable)")
+        q.add_argument(
+            "-p", "--param", action="append", default=[], metavar="key=value", help="a notebook parameter (repeatable)"
+        )
         _add_reuse_arg(q)
-    q = ssub.add_parser("run", help="execute a study notebook here with papermill"); study_args(q); q.set_defaults(fn=cmd_study_run)
-    q = ssub.add_parser("submit", help="submit a study (or a sweep: one Slurm job array) through submitit"); study_args(q)
+
+    q = ssub.add_parser("run", help="execute a study notebook here with papermill")
+    study_args(q)
+    q.set_defaults(fn=cmd_study_run)
+    q = ssub.add_parser("submit", help="submit a study (or a sweep: one Slurm job array) through submitit")
+    study_args(q)
     q.add_argument("--executor", default="local", help="local (a subprocess, the default) or slurm")
-    q.add_argument("--sweep", action="append", default=[], metavar="key=v1,v2,...", help="sweep a parameter (repeatable: the product)")
+    q.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="key=v1,v2,...",
+        help="sweep a parameter (repeatable: the product)",
+    )
     q.add_argument("--partition", default=None, help="Slurm partition (default: the scale file's)")
     q.add_argument("--time", type=float, default=None, metavar="MIN", help="time limit in minutes")
     q.add_argument("--cpus", type=int, default=None, help="CPUs per task")
@@ -328,7 +483,8 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--wait", action="store_true", help="wait for the jobs and print their results")
     q.set_defaults(fn=cmd_study_submit)
     q = ssub.add_parser("status", help="submitted jobs and their states (Slurm states from sacct)")
-    q.add_argument("-n", type=int, default=20, help="how many of the latest jobs (0: all)"); q.add_argument("--json", action="store_true")
+    q.add_argument("-n", type=int, default=20, help="how many of the latest jobs (0: all)")
+    q.add_argument("--json", action="store_true")
     q.set_defaults(fn=cmd_study_status)
     q = ssub.add_parser("index", help="rebuild studies/results/index.md and index.html")
     q.add_argument("--root", default=None, help="results root (default: studies/results, or $C2_RESULTS)")
@@ -336,30 +492,40 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 # %% ../nbs/99_cli.ipynb #23c008-20
-_ENV_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}   # the machine's doing, not a bug
+_ENV_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}  # the machine's doing, not a bug
 
 # %% ../nbs/99_cli.ipynb #23c008-21
 def main(argv=None):
     "Entry point of the `c2` console script."
     ap = parser()
-    a, extra = ap.parse_known_args(argv)   # overrides may come before or after options
+    a, extra = ap.parse_known_args(argv)  # overrides may come before or after options
     if extra:
         if not hasattr(a, "overrides") or any(x.startswith("-") for x in extra):
             ap.error(f"unrecognized arguments: {' '.join(extra)}")
         a.overrides += extra
-    if getattr(a, "reuse_stale", False): os.environ[REUSE_STALE] = "1"   # read by `open_run`, here and in a kernel
-    try: a.fn(a)
-    except Preempted as e:   # a checkpoint was saved: the same command resumes (75: EX_TEMPFAIL, Slurm requeues on it)
-        print(f"c2: {e}", file=sys.stderr); sys.exit(75)
+    if getattr(a, "reuse_stale", False):
+        os.environ[REUSE_STALE] = "1"  # read by `open_run`, here and in a kernel
+    try:
+        a.fn(a)
+    except Preempted as e:  # a checkpoint was saved: the same command resumes (75: EX_TEMPFAIL, Slurm requeues on it)
+        print(f"c2: {e}", file=sys.stderr)
+        sys.exit(75)
     except C2Error as e:
-        print(f"c2: error: {e}", file=sys.stderr); sys.exit(2)
-    except StudyFailed as e:   # the study ran and failed: its log and partial notebook say why
-        print(f"c2: {e}", file=sys.stderr); sys.exit(1)
+        print(f"c2: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except StudyFailed as e:  # the study ran and failed: its log and partial notebook say why
+        print(f"c2: {e}", file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt:
-        print("c2: interrupted", file=sys.stderr); sys.exit(130)
-    except OSError as e:   # the machine refused a write (permissions, a read-only or full disk): say which file, in one line
-        if e.errno not in _ENV_ERRNOS: raise
-        print(f"c2: error: cannot write {e.filename or 'a file'}: {e.strerror}", file=sys.stderr); sys.exit(2)
+        print("c2: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except (
+        OSError
+    ) as e:  # the machine refused a write (permissions, a read-only or full disk): say which file, in one line
+        if e.errno not in _ENV_ERRNOS:
+            raise
+        print(f"c2: error: cannot write {e.filename or 'a file'}: {e.strerror}", file=sys.stderr)
+        sys.exit(2)
 
 # %% ../nbs/99_cli.ipynb #23c008b
 def cmd_tasks_eval(a):
@@ -369,29 +535,41 @@ def cmd_tasks_eval(a):
     from composer2.data.corpus import open_data
     from composer2.rl.rollout import evaluate_checkpoint, pass_table
     from composer2.tasks.suites import load_suite
-    if a.k < 1: raise C2Error(f"-k {a.k}: need at least one sample per task")
+
+    if a.k < 1:
+        raise C2Error(f"-k {a.k}: need at least one sample per task")
     cfg = _tasks_cfg(a)
     tasks = load_suite(cfg, a.split, n=a.n)
-    if not tasks: raise C2Error(f"no {cfg.tasks.suite} {a.split} tasks (-n {a.n})")
+    if not tasks:
+        raise C2Error(f"no {cfg.tasks.suite} {a.split} tasks (-n {a.n})")
+
     def evaluate(name, on_progress):
         if name.startswith("hf:"):
             from composer2.interop.hf import evaluate_hf
+
             return evaluate_hf(cfg, name[3:], tasks, a.k, a.seed, on_progress)
         return evaluate_checkpoint(cfg, open_data(cfg), name, tasks, a.k, a.seed, on_progress)
+
     res, t0 = {}, time.time()
     for name in filter(None, [a.policy, a.against]):
         with tqdm(total=len(tasks) * a.k, desc=f"eval {name}", unit="ep", file=sys.stderr, disable=None) as bar:
             res[name] = evaluate(name, lambda n: bar.update(n - bar.n))
     table = pass_table(res[a.policy], res.get(a.against), seed=a.seed)
-    if a.out: atomic_write(Path(a.out), lambda f: f.write(json.dumps(dict(table=table, results=res), indent=1).encode()))
-    if a.json: print(json.dumps(table, indent=1)); return
-    print(f"{a.policy}: {len(tasks)} {cfg.tasks.suite} {a.split} tasks x {a.k} samples (seed {a.seed}, "
-          f"temperature {cfg.rl.temperature}), {time.time() - t0:.0f}s")
+    if a.out:
+        atomic_write(Path(a.out), lambda f: f.write(json.dumps(dict(table=table, results=res), indent=1).encode()))
+    if a.json:
+        print(json.dumps(table, indent=1))
+        return
+    print(
+        f"{a.policy}: {len(tasks)} {cfg.tasks.suite} {a.split} tasks x {a.k} samples (seed {a.seed}, "
+        f"temperature {cfg.rl.temperature}), {time.time() - t0:.0f}s"
+    )
     vs = f"   change vs {a.against}" if a.against else ""
     print(f"{'K':>3}  {'best-of-K':>9}  {'95% interval':<16}{vs}")
     for r in table:
         line = f"{r['k']:>3}  {r['value']:>9.3f}  [{r['lo']:.3f}, {r['hi']:.3f}]"
-        if a.against: line += f"   {r['change']:+.3f} [{r['change_lo']:+.3f}, {r['change_hi']:+.3f}]"
+        if a.against:
+            line += f"   {r['change']:+.3f} [{r['change_lo']:+.3f}, {r['change_hi']:+.3f}]"
         print(line)
 
 # %% ../nbs/99_cli.ipynb #23c008c
@@ -400,11 +578,14 @@ def cmd_export(a):
     from composer2.data.corpus import open_data
     from composer2.interop.hf import export_hf
     from composer2.model.checkpoint import load_checkpoint
+
     model, ck = load_checkpoint(a.checkpoint)
     data = open_data(_cfg(a))
     if ck.get("data_key") and ck["data_key"] != data.manifest["key"]:
-        raise C2Error(f"{a.checkpoint} was trained on data {ck['data_key']} but the data dir is {data.manifest['key']}: "
-                      "pass the data settings it was trained with, so that the tokenizer matches")
+        raise C2Error(
+            f"{a.checkpoint} was trained on data {ck['data_key']} but the data dir is {data.manifest['key']}: "
+            "pass the data settings it was trained with, so that the tokenizer matches"
+        )
     out = export_hf(model, a.out, data)
     kind = json.loads((out / "config.json").read_text())["architectures"][0]
     extra = f", its {model.cfg.mtp_depth} MTP module(s) in composer2_mtp.safetensors" if model.cfg.mtp_depth else ""
@@ -415,8 +596,11 @@ def cmd_import(a):
     "`c2 import`: `composer2.interop.hf.import_hf` of a Hugging Face directory, saved as a composer2 checkpoint."
     from composer2.interop.hf import import_hf
     from composer2.model.checkpoint import save_checkpoint
+
     model = import_hf(a.hf)
     save_checkpoint(Path(a.out), model, _cfg(a), source=str(Path(a.hf).resolve()))
     n = sum(p.numel() for p in model.parameters())
-    print(f"imported {a.hf} -> {a.out}: {model.cfg.gate}-gated MoE, {model.cfg.n_layers} layers, {n:,} parameters, "
-          f"{model.cfg.mtp_depth} MTP module(s)")
+    print(
+        f"imported {a.hf} -> {a.out}: {model.cfg.gate}-gated MoE, {model.cfg.n_layers} layers, {n:,} parameters, "
+        f"{model.cfg.mtp_depth} MTP module(s)"
+    )

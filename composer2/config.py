@@ -24,13 +24,14 @@ class ConfigError(C2Error):
 def opt(default, lo=None, hi=None, choices=None, doc=""):
     "A dataclass field with its allowed range or choices, checked by `validate`."
     meta = dict(lo=lo, hi=hi, choices=choices, doc=doc)
-    if isinstance(default, list): return field(default_factory=lambda: list(default), metadata=meta)
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 # %% ../nbs/01_config.ipynb #00c007
 # the choice lists every layer and the CLI read from here
-STAGES = ["base", "cpt", "mtp", "long", "sft"]     # the pretraining pipeline (composer2.pretrain.stages)
-LEVELS = ["small", "medium", "large"]              # compute levels of the cpt stage
+STAGES = ["base", "cpt", "mtp", "long", "sft"]  # the pretraining pipeline (composer2.pretrain.stages)
+LEVELS = ["small", "medium", "large"]  # compute levels of the cpt stage
 SUITES = ["synthetic", "long_horizon", "c2bench"]  # task suites (composer2.tasks.suites)
 TASK_SPLITS = ["train", "eval"]
 
@@ -38,6 +39,7 @@ TASK_SPLITS = ["train", "eval"]
 @dataclass
 class ModelConfig:
     "The MoE decoder."
+
     vocab_size: int = opt(0, lo=0, doc="0 takes the tokenizer's size")
     d_model: int = opt(64, lo=8)
     n_layers: int = opt(2, lo=1)
@@ -70,15 +72,33 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     "The code corpus, the prose slice, the tokenizer and the token shards."
+
     dir: str = opt("", doc="'' means $C2_DATA, else ~/.cache/composer2")
     stdlib: bool = opt(True, doc="the interpreter's standard library, its test suite excluded")
     packages: list[str] = opt(["tqdm", "omegaconf", "fastcore", "nbdev", "tokenizers"])
     max_files: int = opt(0, lo=0, doc="0 keeps every file; smaller corpora for quick scales")
     prose_max_docs: int = opt(0, lo=0, doc="0 keeps every prose document")
-    prose_dists: list[str] = opt(["torch", "numpy", "omegaconf", "tokenizers", "tqdm", "lightning", "matplotlib", "submitit",
-                                  "triton", "nbdev", "fastcore", "jupyterlab", "papermill", "ipykernel", "pytest"],
-                                 doc="distributions whose descriptions join the prose slice: the project's own pinned "
-                                     "dependencies, so installing anything else never invalidates a build")
+    prose_dists: list[str] = opt(
+        [
+            "torch",
+            "numpy",
+            "omegaconf",
+            "tokenizers",
+            "tqdm",
+            "lightning",
+            "matplotlib",
+            "submitit",
+            "triton",
+            "nbdev",
+            "fastcore",
+            "jupyterlab",
+            "papermill",
+            "ipykernel",
+            "pytest",
+        ],
+        doc="distributions whose descriptions join the prose slice: the project's own pinned "
+        "dependencies, so installing anything else never invalidates a build",
+    )
     vocab_size: int = opt(8192, lo=300, hi=65535)
     val_fraction: float = opt(0.05, lo=0.0, hi=0.5)
 
@@ -86,6 +106,7 @@ class DataConfig:
 @dataclass
 class TrainConfig:
     "A minimal training loop (the Lightning pipeline adds stages on top)."
+
     steps: int = opt(100, lo=1)
     minutes: float = opt(0.0, lo=0.0, doc="stop after this wall time; 0 means no limit")
     batch_size: int = opt(8, lo=1)
@@ -106,6 +127,7 @@ class TrainConfig:
 @dataclass
 class SampleConfig:
     "The sampling engine."
+
     max_new_tokens: int = opt(64, lo=1)
     temperature: float = opt(1.0, lo=0.0, doc="0 is greedy")
     top_p: float = opt(1.0, lo=0.0, hi=1.0)
@@ -116,6 +138,7 @@ class SampleConfig:
 @dataclass
 class PretrainConfig:
     "The staged pipeline of report section 3: base -> cpt (three compute levels) -> mtp -> long -> sft."
+
     runs: str = opt("runs/pretrain", doc="stages write to RUNS/SCALE/STAGE[-LEVEL]/")
     base_steps: int = opt(40, lo=1)
     base_prose_fraction: float = opt(0.7, lo=0.0, hi=1.0, doc="share of prose windows in the base mix")
@@ -132,8 +155,16 @@ class PretrainConfig:
     sft_lr_ratio: float = opt(0.3, lo=0.0, doc="SFT learning rate as a fraction of train.lr")
     sft_oracle: int = opt(0, lo=0, doc="oracle trajectories of the task suite's train split mixed into SFT (0: none)")
     sft_oracle_share: float = opt(0.5, lo=0.0, hi=1.0, doc="share of the SFT examples that are oracle trajectories")
-    sft_summaries: bool = opt(False, doc="the oracle works within the rollout context (rl_context) and summarises when it fills (rl.summary_trigger): its trajectories teach the self-summary format")
-    sft_pretrain_mix: float = opt(0.0, lo=0.0, hi=1.0, doc="share of SFT rows that are code windows of the pretraining data (keeps base ability); each weighs as much as an average transcript row")
+    sft_summaries: bool = opt(
+        False,
+        doc="the oracle works within the rollout context (rl_context) and summarises when it fills (rl.summary_trigger): its trajectories teach the self-summary format",
+    )
+    sft_pretrain_mix: float = opt(
+        0.0,
+        lo=0.0,
+        hi=1.0,
+        doc="share of SFT rows that are code windows of the pretraining data (keeps base ability); each weighs as much as an average transcript row",
+    )
     ckpt_every: int = opt(10, lo=1, doc="steps between resumable checkpoints")
     log_every: int = opt(5, lo=1)
     strategy: str = opt("auto", choices=["auto", "ddp", "fsdp"])
@@ -144,16 +175,23 @@ class PretrainConfig:
 @dataclass
 class SandboxConfig:
     "bubblewrap sandboxes (composer2.sandbox.bwrap): limits of every command a rollout runs."
+
     root: str = opt("", doc="where workspaces are created; '' means a fresh directory under the system temp dir")
     timeout: float = opt(10.0, lo=0.01, doc="default wall-clock seconds per command")
     cpu_seconds: int = opt(10, lo=1, doc="RLIMIT_CPU")
-    memory_mb: int = opt(1024, lo=16, doc="RLIMIT_AS of each process and, with a memory cgroup, the whole command's memory "
-                                          "(all its processes, memfds, /tmp and /dev/shm)")
+    memory_mb: int = opt(
+        1024,
+        lo=16,
+        doc="RLIMIT_AS of each process and, with a memory cgroup, the whole command's memory "
+        "(all its processes, memfds, /tmp and /dev/shm)",
+    )
     max_processes: int = opt(64, lo=1, doc="processes (threads included) the sandbox may have alive at once")
     file_size_mb: int = opt(16, lo=1, doc="RLIMIT_FSIZE")
     max_open_files: int = opt(256, lo=16, hi=65536, doc="RLIMIT_NOFILE of each process")
     tmp_mb: int = opt(64, lo=1, doc="size of the private /tmp and /dev/shm (tmpfs, so RAM) of each command")
-    workspace_mb: int = opt(128, lo=0, doc="size of each workspace: a tmpfs of its own when we are root; 0 = a plain directory, no cap")
+    workspace_mb: int = opt(
+        128, lo=0, doc="size of each workspace: a tmpfs of its own when we are root; 0 = a plain directory, no cap"
+    )
     workspace_inodes: int = opt(8192, lo=64, doc="files and directories a workspace may hold (same tmpfs)")
     cgroup: bool = opt(True, doc="a memory + pids cgroup per command where cgroup v1 is writable (root)")
     seccomp: bool = opt(True, doc="deny keyrings, io_uring, ptrace, bpf, mount... (a seccomp filter; needs libseccomp)")
@@ -166,25 +204,42 @@ class SandboxConfig:
 @dataclass
 class TasksConfig:
     "The task suites (composer2.tasks.synthetic, composer2.tasks.c2bench)."
+
     suite: str = opt("synthetic", choices=SUITES)
-    c2bench_version: str = opt("v1", doc="which shipped c2bench tier the c2bench suite loads (v1: one-site mutations; v2: bigger changes, whose judges run whole package test suites: give them sandbox.timeout 300)")
+    c2bench_version: str = opt(
+        "v1",
+        doc="which shipped c2bench tier the c2bench suite loads (v1: one-site mutations; v2: bigger changes, whose judges run whole package test suites: give them sandbox.timeout 300)",
+    )
     n_train: int = opt(200, lo=1)
     n_eval: int = opt(50, lo=1)
     seed: int = opt(0)
     n_files: int = opt(2, lo=1, doc="modules per synthetic repository")
     n_distractors: int = opt(1, lo=0, doc="functions unrelated to the bug")
     lines_to_change: int = opt(1, lo=1, doc="bugs to fix per task")
-    lh_min_bugs: int = opt(2, lo=1, hi=3, doc="long-horizon tasks: fewest modules with a bug (up to 3, plus lines_to_change - 1): 1 adds an easier level")
+    lh_min_bugs: int = opt(
+        2,
+        lo=1,
+        hi=3,
+        doc="long-horizon tasks: fewest modules with a bug (up to 3, plus lines_to_change - 1): 1 adds an easier level",
+    )
     bug_kinds: list[str] = opt(["operator", "constant", "comparison", "return", "missing"])
     max_turns: int = opt(12, lo=1, doc="agent turns before an episode is cut off")
-    docs_search: bool = opt(False, doc="offer the docs_search tool (the standard library's documentation) in the system prompt; "
-                            "off by default, so that the policies trained so far keep the prompt they were trained with")
-    episode_timeout_s: float = opt(900.0, lo=0.0, doc="wall-clock budget of one episode (policy, tools, judge); past it the episode ends unsolved; 0 = no budget")
+    docs_search: bool = opt(
+        False,
+        doc="offer the docs_search tool (the standard library's documentation) in the system prompt; "
+        "off by default, so that the policies trained so far keep the prompt they were trained with",
+    )
+    episode_timeout_s: float = opt(
+        900.0,
+        lo=0.0,
+        doc="wall-clock budget of one episode (policy, tools, judge); past it the episode ends unsolved; 0 = no budget",
+    )
 
 # %% ../nbs/01_config.ipynb #00c007-8
 @dataclass
 class RewardConfig:
     "Reward terms (composer2.agent.rewards): correctness plus behaviour terms and the nonlinear length penalty."
+
     correct: float = opt(1.0, doc="reward when the task's tests pass")
     malformed_call: float = opt(0.1, lo=0.0, doc="penalty per malformed tool call")
     failed_call: float = opt(0.02, lo=0.0, doc="penalty per tool call that returned an error")
@@ -199,6 +254,7 @@ class RewardConfig:
 @dataclass
 class RLConfig:
     "Asynchronous RL (composer2.rl.step, composer2.rl.sync, composer2.rl.driver; report section 4)."
+
     runs: str = opt("runs/rl", doc="RL runs write to RUNS/SCALE/NAME/")
     name: str = opt("", doc="run name (NAME above); '' means the mode, async or sync")
     mode: str = opt("async", choices=["async", "sync"])
@@ -215,40 +271,85 @@ class RLConfig:
     length_norm: bool = opt(False, doc="GRPO: divide each sequence's loss by its length")
     is_cap: float = opt(2.0, lo=1.0, doc="truncated importance-sampling cap on p_train / p_sample")
     overlong_mask: bool = opt(False, doc="drop rollouts cut off by the length limit from the loss")
-    overlong_penalties: bool = opt(False, doc="with overlong_mask, train a cut-off rollout on the penalties of its tool calls (malformed, failed) against its group's mean of them instead of dropping it: the mask hides the unknown outcome, not the calls the policy already got wrong")
-    overlong_clip: bool = opt(False, doc="with overlong_penalties, clip a cut-off rollout's advantage at 0: its wrong calls cost, but running out of turns with fewer of them than its group is never rewarded")
+    overlong_penalties: bool = opt(
+        False,
+        doc="with overlong_mask, train a cut-off rollout on the penalties of its tool calls (malformed, failed) against its group's mean of them instead of dropping it: the mask hides the unknown outcome, not the calls the policy already got wrong",
+    )
+    overlong_clip: bool = opt(
+        False,
+        doc="with overlong_penalties, clip a cut-off rollout's advantage at 0: its wrong calls cost, but running out of turns with fewer of them than its group is never rewarded",
+    )
     kl_estimator: str = opt("k1", choices=["k1", "k2", "k3"])
     kl_coef: float = opt(0.0, lo=0.0)
     router_replay: bool = opt(True)
-    update_router_bias: bool = opt(False, doc="keep the aux-loss-free router-bias balancing running during RL; off (default), routing moves only with the policy's gradient, not with a load statistic unrelated to reward")
-    metric_rows: int = opt(8, lo=0, doc="segments per step given the metric-only forwards: the other routing mode (mismatch "
-                                        "with vs without replay) and, without a KL loss, the reference (kl_init); 0 skips them")
-    negative_weight: float = opt(1.0, lo=0.0, hi=1.0, doc="scale of the negative advantages: 1 is Dr. GRPO as is; 0 trains only on "
-                                                           "rollouts better than their group's mean (on-policy rejection-sampling fine-tuning)")
-    positive_weight: float = opt(1.0, lo=0.0, hi=1.0, doc="scale of the positive advantages: 1 is Dr. GRPO as is (W-REINFORCE, Zhu et al. 2025: 0.1)")
-    shuffle_rewards: bool = opt(False, doc="control run: permute the rewards among all rollouts of each step (seeded by rl.seed "
-                                           "and the step) before the advantages, so the run shows what noise alone does")
+    update_router_bias: bool = opt(
+        False,
+        doc="keep the aux-loss-free router-bias balancing running during RL; off (default), routing moves only with the policy's gradient, not with a load statistic unrelated to reward",
+    )
+    metric_rows: int = opt(
+        8,
+        lo=0,
+        doc="segments per step given the metric-only forwards: the other routing mode (mismatch "
+        "with vs without replay) and, without a KL loss, the reference (kl_init); 0 skips them",
+    )
+    negative_weight: float = opt(
+        1.0,
+        lo=0.0,
+        hi=1.0,
+        doc="scale of the negative advantages: 1 is Dr. GRPO as is; 0 trains only on "
+        "rollouts better than their group's mean (on-policy rejection-sampling fine-tuning)",
+    )
+    positive_weight: float = opt(
+        1.0,
+        lo=0.0,
+        hi=1.0,
+        doc="scale of the positive advantages: 1 is Dr. GRPO as is (W-REINFORCE, Zhu et al. 2025: 0.1)",
+    )
+    shuffle_rewards: bool = opt(
+        False,
+        doc="control run: permute the rewards among all rollouts of each step (seeded by rl.seed "
+        "and the step) before the advantages, so the run shows what noise alone does",
+    )
     summary: str = opt("self", choices=["self", "prompt", "truncate"], doc="what happens when the context fills")
     summary_trigger: float = opt(0.75, lo=0.1, hi=1.0, doc="fraction of the context that triggers summarisation")
     difficulty_upsampling: bool = opt(False)
     eval_every: int = opt(10, lo=1)
-    eval_at_start: bool = opt(True, doc="evaluate the initial weights at step 0 (off: a run whose step-0 evaluation another run already made, same weights and sampling streams)")
+    eval_at_start: bool = opt(
+        True,
+        doc="evaluate the initial weights at step 0 (off: a run whose step-0 evaluation another run already made, same weights and sampling streams)",
+    )
     eval_k: int = opt(8, lo=1, doc="samples per eval prompt for pass@1 and best-of-K")
-    eval_concurrency: int = opt(256, lo=1, doc="held-out episodes in flight per evaluating process (one decode loop runs them all)")
+    eval_concurrency: int = opt(
+        256, lo=1, doc="held-out episodes in flight per evaluating process (one decode loop runs them all)"
+    )
     max_new_tokens: int = opt(128, lo=1, doc="tokens per assistant turn (and per summary)")
     max_seq_len: int = opt(0, lo=0, doc="context length of a rollout segment; 0 means model.max_seq_len")
     temperature: float = opt(1.0, lo=0.0, doc="sampling temperature of rollouts and evaluation")
-    sampler_dtype: str = opt("float32", choices=["float32", "bfloat16"], doc="precision of the rollout workers' engines (the trainer stays float32): bfloat16 opens the train/inference numerics gap the report's router replay closes")
+    sampler_dtype: str = opt(
+        "float32",
+        choices=["float32", "bfloat16"],
+        doc="precision of the rollout workers' engines (the trainer stays float32): bfloat16 opens the train/inference numerics gap the report's router replay closes",
+    )
     eval_prompts: int = opt(0, lo=0, doc="held-out prompts per evaluation; 0 means all of tasks.n_eval")
-    seed: int = opt(0, doc="prompt order, the trainer's RNG and the training rollouts' streams (train, seed, prompt, j): runs with one seed are paired")
-    eval_seed: int = opt(0, doc="held-out evaluations' streams (eval, eval_seed, task, j): evaluations with one eval_seed are paired episode by episode")
+    seed: int = opt(
+        0,
+        doc="prompt order, the trainer's RNG and the training rollouts' streams (train, seed, prompt, j): runs with one seed are paired",
+    )
+    eval_seed: int = opt(
+        0,
+        doc="held-out evaluations' streams (eval, eval_seed, task, j): evaluations with one eval_seed are paired episode by episode",
+    )
     ckpt_every: int = opt(5, lo=1)
-    init: str = opt("sft", doc="'sft' starts from the pretraining pipeline's SFT checkpoint, 'scratch' from a fresh model, else a checkpoint path")
+    init: str = opt(
+        "sft",
+        doc="'sft' starts from the pretraining pipeline's SFT checkpoint, 'scratch' from a fresh model, else a checkpoint path",
+    )
 
 # %% ../nbs/01_config.ipynb #00c007-10
 @dataclass
 class Config:
     "Everything an entry point needs; built by `load_config`."
+
     scale: str = "smoke"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -274,33 +375,53 @@ def validate(cfg, prefix=""):
     "Check every field's range and choices, then the cross-field rules; raise `ConfigError` on the first problem."
     for f in dataclasses.fields(cfg):
         v, path = getattr(cfg, f.name), f"{prefix}{f.name}"
-        if dataclasses.is_dataclass(v): validate(v, path + ".")
-        elif f.metadata: _check_field(path, v, f.metadata)
+        if dataclasses.is_dataclass(v):
+            validate(v, path + ".")
+        elif f.metadata:
+            _check_field(path, v, f.metadata)
     if isinstance(cfg, ModelConfig):
         m = cfg
-        rules = [(m.n_heads % m.n_kv_heads == 0, f"model.n_heads ({m.n_heads}) must be a multiple of model.n_kv_heads ({m.n_kv_heads})"),
-                 (m.top_k <= m.n_experts, f"model.top_k ({m.top_k}) must be <= model.n_experts ({m.n_experts})"),
-                 (m.n_dense_layers <= m.n_layers, f"model.n_dense_layers ({m.n_dense_layers}) must be <= model.n_layers ({m.n_layers})"),
-                 (m.head_dim % 2 == 0, f"model.head_dim ({m.head_dim}) must be even (RoPE rotates pairs)"),
-                 (m.d_model % 8 == 0 and m.expert_hidden % 8 == 0,
-                  "model.d_model and model.expert_hidden must be multiples of 8 (grouped GEMM needs 16-byte strides)"),
-                 (m.expert_backend != "mxfp8" or (m.d_model % 32 == 0 and m.expert_hidden % 32 == 0),
-                  "model.expert_backend=mxfp8 needs model.d_model and model.expert_hidden to be multiples of 32 (the MX block)"),
-                 (m.expert_backend != "nvfp4" or (m.d_model % 16 == 0 and m.expert_hidden % 16 == 0),
-                  "model.expert_backend=nvfp4 needs model.d_model and model.expert_hidden to be multiples of 16 (the NVFP4 block)")]
+        rules = [
+            (
+                m.n_heads % m.n_kv_heads == 0,
+                f"model.n_heads ({m.n_heads}) must be a multiple of model.n_kv_heads ({m.n_kv_heads})",
+            ),
+            (m.top_k <= m.n_experts, f"model.top_k ({m.top_k}) must be <= model.n_experts ({m.n_experts})"),
+            (
+                m.n_dense_layers <= m.n_layers,
+                f"model.n_dense_layers ({m.n_dense_layers}) must be <= model.n_layers ({m.n_layers})",
+            ),
+            (m.head_dim % 2 == 0, f"model.head_dim ({m.head_dim}) must be even (RoPE rotates pairs)"),
+            (
+                m.d_model % 8 == 0 and m.expert_hidden % 8 == 0,
+                "model.d_model and model.expert_hidden must be multiples of 8 (grouped GEMM needs 16-byte strides)",
+            ),
+            (
+                m.expert_backend != "mxfp8" or (m.d_model % 32 == 0 and m.expert_hidden % 32 == 0),
+                "model.expert_backend=mxfp8 needs model.d_model and model.expert_hidden to be multiples of 32 (the MX block)",
+            ),
+            (
+                m.expert_backend != "nvfp4" or (m.d_model % 16 == 0 and m.expert_hidden % 16 == 0),
+                "model.expert_backend=nvfp4 needs model.d_model and model.expert_hidden to be multiples of 16 (the NVFP4 block)",
+            ),
+        ]
         for ok, msg in rules:
-            if not ok: raise ConfigError(msg)
+            if not ok:
+                raise ConfigError(msg)
     return cfg
 
 # %% ../nbs/01_config.ipynb #00c011
 def repo_root() -> Path:
     "The source checkout that holds `nbs/` and `studies/` (composer2 is installed editable from it)."
     import composer2  # by module, not __file__, so this also works inside the notebooks
+
     return Path(composer2.__file__).resolve().parents[1]
+
 
 def scales_dir() -> Path:
     "Where the named scales live: `$C2_SCALES`, else `nbs/scales` of the checkout."
     return Path(os.environ.get("C2_SCALES", repo_root() / "nbs" / "scales"))
+
 
 def available_scales() -> list[str]:
     "Names of the scale files."
@@ -311,9 +432,11 @@ def _node(key: str):
     "The default at a dotted key of `Config` (a section's dataclass, or a value), or None when no such key exists."
     node = Config()
     for part in filter(None, key.split(".")):
-        if not dataclasses.is_dataclass(node) or not hasattr(node, part): return None
+        if not dataclasses.is_dataclass(node) or not hasattr(node, part):
+            return None
         node = getattr(node, part)
     return node
+
 
 _TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
@@ -325,21 +448,28 @@ def _one_line(e: OmegaConfBaseException, overrides=()) -> str:
         parent = key.rsplit(".", 1)[0] if "." in key else ""
         node = _node(parent)
         allowed = [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else []
-        return f"unknown key {key}" + (f" (allowed in {parent or 'the top level'}: {', '.join(allowed)})" if allowed else "")
+        return f"unknown key {key}" + (
+            f" (allowed in {parent or 'the top level'}: {', '.join(allowed)})" if allowed else ""
+        )
     given = {k: v for k, _, v in (o.partition("=") for o in overrides)}
     default = _node(key) if key else None
     if key and default is not None and not dataclasses.is_dataclass(default):
         want = _TYPE_WORDS.get(type(default), type(default).__name__)
         val = f"{given[key]!r}" if key in given else "the value given"
-        return f"{key}: {val} is not {want} (e.g. {key}={str(default).lower() if isinstance(default, bool) else default})"
+        return (
+            f"{key}: {val} is not {want} (e.g. {key}={str(default).lower() if isinstance(default, bool) else default})"
+        )
     return f"{key + ': ' if key else ''}{str(e).splitlines()[0]}"
 
 # %% ../nbs/01_config.ipynb #00c011-6
 def _read_yaml(path, what):
     p = Path(path)
-    if not p.is_file(): raise ConfigError(f"{what} not found: {p}")
-    try: data = OmegaConf.load(p)
-    except Exception as e: raise ConfigError(f"{what} {p} is not valid YAML: {str(e).splitlines()[0]}")
+    if not p.is_file():
+        raise ConfigError(f"{what} not found: {p}")
+    try:
+        data = OmegaConf.load(p)
+    except Exception as e:
+        raise ConfigError(f"{what} {p} is not valid YAML: {str(e).splitlines()[0]}")
     return data
 
 # %% ../nbs/01_config.ipynb #00c011-7
@@ -347,15 +477,21 @@ def load_config(scale: str = "smoke", path: str | None = None, overrides: list[s
     "Merge defaults <- scale file <- `path` <- `key=value` overrides; validate; return a `Config`."
     names = available_scales()
     if scale not in names:
-        raise ConfigError(f"unknown scale {scale!r} (choose from {', '.join(names) or 'none found in ' + str(scales_dir())})")
+        raise ConfigError(
+            f"unknown scale {scale!r} (choose from {', '.join(names) or 'none found in ' + str(scales_dir())})"
+        )
     for o in overrides:
-        if "=" not in o: raise ConfigError(f"override {o!r} is not of the form key=value (e.g. model.n_layers=4)")
+        if "=" not in o:
+            raise ConfigError(f"override {o!r} is not of the form key=value (e.g. model.n_layers=4)")
         k = o.partition("=")[0]
         if dataclasses.is_dataclass(sec := _node(k)):
-            raise ConfigError(f"{k or 'the top level'} is a section of the config, not a value: set one of its keys "
-                              f"(e.g. {k}.{dataclasses.fields(sec)[0].name}=...)")
+            raise ConfigError(
+                f"{k or 'the top level'} is a section of the config, not a value: set one of its keys "
+                f"(e.g. {k}.{dataclasses.fields(sec)[0].name}=...)"
+            )
     layers = [_read_yaml(scales_dir() / f"{scale}.yaml", "scale file")]
-    if path: layers.append(_read_yaml(path, "config file"))
+    if path:
+        layers.append(_read_yaml(path, "config file"))
     try:
         layers.append(OmegaConf.from_dotlist(list(overrides)))
         merged = OmegaConf.merge(OmegaConf.structured(Config), *layers, {"scale": scale})

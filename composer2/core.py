@@ -14,16 +14,21 @@ __all__ = ['C2Error', 'Preempted', 'atomic_write', 'read_jsonl']
 class C2Error(Exception):
     "A user mistake or a missing resource: the CLI prints the one-line message and exits with status 2."
 
+
 class Preempted(C2Error):
     "A long job (a pretraining stage, an RL run) stopped on SIGTERM/SIGUSR2 after saving its checkpoint: the same command resumes it. The CLI exits 75."
 
 # %% ../nbs/00_core.ipynb #69a0fc6a
 def _pid_alive(pid: int) -> bool:
     "Whether a process `pid` exists (one of another user counts)."
-    try: os.kill(pid, 0)
-    except ProcessLookupError: return False
-    except PermissionError: return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
     return True
+
 
 def atomic_write(path: Path | str, data):
     """Write `data` (str, bytes, or a function writing to a binary file, e.g. `lambda f: torch.save(obj, f)`) to `path`
@@ -33,22 +38,30 @@ def atomic_write(path: Path | str, data):
     writer raises RuntimeError) is reported as the `OSError` ENOSPC it was."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    for old in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):   # of a writer killed mid-write
-        pid = old.name[len(path.name) + 2:-4]
-        if pid.isdigit() and not _pid_alive(int(pid)): old.unlink(missing_ok=True)
+    for old in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):  # of a writer killed mid-write
+        pid = old.name[len(path.name) + 2 : -4]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            old.unlink(missing_ok=True)
     try:
         with open(tmp, "wb") as f:
-            if callable(data): data(f)
-            else: f.write(data.encode() if isinstance(data, str) else data)
-            f.flush(); os.fsync(f.fileno())
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
         full = False
         if not isinstance(e, (OSError, KeyboardInterrupt, SystemExit)):
-            try: st = os.statvfs(path.parent); full = st.f_bavail * st.f_frsize < (1 << 20)
-            except OSError: pass
+            try:
+                st = os.statvfs(path.parent)
+                full = st.f_bavail * st.f_frsize < (1 << 20)
+            except OSError:
+                pass
         tmp.unlink(missing_ok=True)
-        if full: raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from e
+        if full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from e
         raise
 
 # %% ../nbs/00_core.ipynb #69a0fc6a-2
@@ -56,13 +69,20 @@ def read_jsonl(path: Path | str, warn=None) -> list[dict]:
     """The records of a jsonl file that is only ever appended to. A torn last line (the writer was killed mid-line) is
     dropped, with `warn(message)` if given; a bad line anywhere else is a `C2Error` (the file was damaged otherwise)."""
     import json
+
     path = Path(path)
-    if not path.exists(): return []
+    if not path.exists():
+        return []
     lines = [l for l in path.read_text(errors="replace").splitlines() if l.strip()]
     out = []
     for i, l in enumerate(lines):
-        try: out.append(json.loads(l))
+        try:
+            out.append(json.loads(l))
         except ValueError:
-            if i < len(lines) - 1: raise C2Error(f"{path} line {i + 1} is not JSON: the file is damaged; delete it (and the run's checkpoint) to restart") from None
-            if warn: warn(f"{path}: dropped a torn last line ({len(l)} characters): its writer was interrupted")
+            if i < len(lines) - 1:
+                raise C2Error(
+                    f"{path} line {i + 1} is not JSON: the file is damaged; delete it (and the run's checkpoint) to restart"
+                ) from None
+            if warn:
+                warn(f"{path}: dropped a torn last line ({len(l)} characters): its writer was interrupted")
     return out

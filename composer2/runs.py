@@ -18,11 +18,17 @@ __all__ = ['REUSE_STALE', 'RUN_FILES', 'versions', 'device_info', 'code_digest',
 # %% ../nbs/03_runs.ipynb #08c014-1
 def versions() -> dict:
     "The versions of Python and the packages a result depends on."
+
     def v(p):
-        try: return metadata.version(p)
-        except metadata.PackageNotFoundError: return None
-    return {"python": platform.python_version(), **{p: v(p) for p in
-            ["composer2", "numpy", "torch", "matplotlib", "papermill", "submitit"]}}
+        try:
+            return metadata.version(p)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "python": platform.python_version(),
+        **{p: v(p) for p in ["composer2", "numpy", "torch", "matplotlib", "papermill", "submitit"]},
+    }
 
 # %% ../nbs/03_runs.ipynb #08c014-2
 def device_info() -> str:
@@ -30,9 +36,13 @@ def device_info() -> str:
     cpu = f"{platform.machine()}, {os.cpu_count()} CPU cores"
     if shutil.which("nvidia-smi"):
         try:
-            r = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
-            if r.returncode == 0 and r.stdout.strip(): return f"cuda ({r.stdout.strip().splitlines()[0]}), {cpu}"
-        except (OSError, subprocess.TimeoutExpired): pass
+            r = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+            )
+            if r.returncode == 0 and r.stdout.strip():
+                return f"cuda ({r.stdout.strip().splitlines()[0]}), {cpu}"
+        except (OSError, subprocess.TimeoutExpired):
+            pass
     return f"cpu ({cpu})"
 
 # %% ../nbs/03_runs.ipynb #b0c7e1a8
@@ -42,25 +52,31 @@ def code_digest(pkg=None) -> str:
     whole package rather than the modules a run imports -- the simplest honest choice: an edit anywhere, a comment
     included, counts as new code, so a cached run is never reused across a change that could matter. 16 hex digits."""
     import composer2
+
     root, h = Path(pkg or Path(composer2.__file__).parent), hashlib.sha256()
     for rel in sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py") if "__pycache__" not in p.parts):
-        if rel == "_modidx.py": continue
+        if rel == "_modidx.py":
+            continue
         for field in (rel.encode(), (root / rel).read_bytes()):
             h.update(len(field).to_bytes(8, "little"))
             h.update(field)
     return h.hexdigest()[:16]
 
 # %% ../nbs/03_runs.ipynb #08c011-tr
-_TRAINING: dict[str, dict] = {}   # the cached training runs this process used: {folder: provenance record}
+_TRAINING: dict[str, dict] = {}  # the cached training runs this process used: {folder: provenance record}
+
 
 def note_training(run, record: dict):
     """Count the cached training run in folder `run`, with its provenance `record`, among those this process used:
     `open_run` does for every pretraining stage, `c2 train` run and RL run it opens. A study that
     caches training some other way calls `open_run` (or this) on its folder, so that `write_results` lists it."""
     p = Path(run).resolve()
-    try: p = p.relative_to(repo_root())
-    except ValueError: pass
+    try:
+        p = p.relative_to(repo_root())
+    except ValueError:
+        pass
     _TRAINING[p.as_posix()] = dict(record)
+
 
 def training_runs() -> list[dict]:
     """The cached training runs this process trained, resumed or found done so far (`note_training`), each as
@@ -70,17 +86,23 @@ def training_runs() -> list[dict]:
 
 # %% ../nbs/03_runs.ipynb #6b2a52ce
 def git(*args, root=None) -> subprocess.CompletedProcess | None:
-    try: return subprocess.run(["git", *args], cwd=root or repo_root(), capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired): return None
+    try:
+        return subprocess.run(["git", *args], cwd=root or repo_root(), capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
 
 def _cpu() -> tuple[str, list[str]]:
     "The CPU's model and its flags of interest (avx2, avx512f), from /proc/cpuinfo (elsewhere `platform.processor()`)."
-    try: info = Path("/proc/cpuinfo").read_text()
-    except OSError: info = ""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        info = ""
     model, flags = re.search(r"^model name\s*:\s*(.*)$", info, re.M), re.search(r"^flags\s*:\s*(.*)$", info, re.M)
     have = set(flags.group(1).split()) if flags else set()
     name = model.group(1).strip() if model else platform.processor() or platform.machine()
     return name, [f for f in ("avx2", "avx512f") if f in have]
+
 
 def provenance(root=None, paths=(".", ":(exclude)studies/results")) -> dict:
     """What a result or a cached training run came from: the commit the checkout is at and whether its files under
@@ -90,10 +112,12 @@ def provenance(root=None, paths=(".", ":(exclude)studies/results")) -> dict:
     cpu, flags = _cpu()
     out = dict(commit=None, dirty=None, code_digest=code_digest(), torch=versions()["torch"], cpu=cpu, cpu_flags=flags)
     r = git("rev-parse", "--short", "HEAD", root=root)
-    if r is None or r.returncode != 0: return out
+    if r is None or r.returncode != 0:
+        return out
     s = git("status", "--porcelain", "--", *paths, root=root)
     dirty = None if s is None or s.returncode != 0 else bool(s.stdout.strip())
     return {**out, "commit": r.stdout.strip(), "dirty": dirty}
+
 
 def stale_training(res: dict) -> list[str]:
     """The training runs a result used (`training` in its `results.json`) that were trained at other code than the
@@ -102,8 +126,9 @@ def stale_training(res: dict) -> list[str]:
     return [t.get("run", "?") for t in res.get("training") or [] if t.get("code_digest") != now]
 
 # %% ../nbs/03_runs.ipynb #b1b6e00f-or
-REUSE_STALE = "C2_REUSE_STALE"   # "1": reuse a cached run trained at other code (saying so), not train it again
-RUN_FILES = ("done.json", "last.ckpt", "checkpoint.pt", "final.pt")   # what a cached run is reused or resumed from
+REUSE_STALE = "C2_REUSE_STALE"  # "1": reuse a cached run trained at other code (saying so), not train it again
+RUN_FILES = ("done.json", "last.ckpt", "checkpoint.pt", "final.pt")  # what a cached run is reused or resumed from
+
 
 def open_run(out) -> dict:
     """Check the code a cached training run in `out` -- a pretraining stage, a `c2 train` run, an RL run -- was trained
@@ -114,23 +139,32 @@ def open_run(out) -> dict:
     `$C2_REUSE_STALE=1` (`--reuse-stale`), which reuses it. Either way one line says which run, trained at which commit
     and digest. Returns the run's record, which `training_runs` lists for the study's `results.json`."""
     out, now = Path(out), code_digest()
-    try: rec = json.loads((out / "provenance.json").read_text())
-    except (OSError, ValueError): rec = None
+    try:
+        rec = json.loads((out / "provenance.json").read_text())
+    except (OSError, ValueError):
+        rec = None
     old = (rec or {}).get("code_digest")
     if old != now and any((out / f).exists() for f in RUN_FILES):
         was = f"commit {rec.get('commit')}, code digest {old}" if rec else "unrecorded code (no provenance.json)"
         if os.environ.get(REUSE_STALE) == "1":
-            print(f"c2: reusing {out}, trained at {was}, not the code now ({now}): {REUSE_STALE}=1",
-                  file=sys.stderr, flush=True)
+            print(
+                f"c2: reusing {out}, trained at {was}, not the code now ({now}): {REUSE_STALE}=1",
+                file=sys.stderr,
+                flush=True,
+            )
         else:
             base = out.parent / ".stale" / f"{out.name}@{old or 'unrecorded'}"
             names = (base.name + (f".{i}" if i > 1 else "") for i in range(1, 10**6))
             aside = next(p for p in map(base.with_name, names) if not p.exists())
             aside.parent.mkdir(parents=True, exist_ok=True)
             out.rename(aside)
-            print(f"c2: {out} was trained at {was}, not the code now ({now}): moved to {aside}, training it again "
-                  f"({REUSE_STALE}=1 reuses it)", file=sys.stderr, flush=True)
-    if not any((out / f).exists() for f in RUN_FILES):   # nothing to reuse: the run starts now, at the code now
+            print(
+                f"c2: {out} was trained at {was}, not the code now ({now}): moved to {aside}, training it again "
+                f"({REUSE_STALE}=1 reuses it)",
+                file=sys.stderr,
+                flush=True,
+            )
+    if not any((out / f).exists() for f in RUN_FILES):  # nothing to reuse: the run starts now, at the code now
         started = dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds")
         rec = {**provenance(paths=("composer2", "nbs")), "time": started}
         out.mkdir(parents=True, exist_ok=True)

@@ -16,10 +16,12 @@ def paired_bootstrap(before, after, n_boot: int = 10000, seed: int = 0, level: f
     percentile bootstrap interval, resampling the units with replacement: an interval that excludes 0 is a change
     the spread over units cannot explain."""
     d = np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)
-    if d.ndim != 1 or len(d) < 2: raise ValueError("paired_bootstrap needs at least two paired values")
+    if d.ndim != 1 or len(d) < 2:
+        raise ValueError("paired_bootstrap needs at least two paired values")
     means = d[np.random.default_rng(seed).integers(0, len(d), (n_boot, len(d)))].mean(1)
     lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
     return dict(mean=float(d.mean()), lo=float(lo), hi=float(hi), n=len(d), level=level)
+
 
 def slope_interval(x, y, level: float = 0.95, groups=None) -> dict:
     """Least-squares slope of y on x with its t-interval (a trend over steps, e.g. the training reward). With `groups`
@@ -27,17 +29,20 @@ def slope_interval(x, y, level: float = 0.95, groups=None) -> dict:
     effect per group, one degree of freedom each), so what a group's points share -- e.g. the prompts one RL seed trains
     on, the same at every level -- moves neither the slope nor its interval."""
     from scipy import stats
+
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     g = np.zeros(len(x), dtype=int) if groups is None else np.unique(np.asarray(groups), return_inverse=True)[1]
     k = len(np.unique(g))
     df = len(x) - k - 1
-    if df < 1: raise ValueError(f"slope_interval needs more points than groups + 1 ({len(x)} points, {k} groups)")
+    if df < 1:
+        raise ValueError(f"slope_interval needs more points than groups + 1 ({len(x)} points, {k} groups)")
     # the textbook formulas rather than scipy's linregress, which answers NaN for a series that does not vary (an exact
     # fit: slope 0, interval [0, 0])
     within = lambda v: v - (np.bincount(g, v) / np.bincount(g))[g]
     dx, dy = within(x), within(y)
     sxx = float(dx @ dx)
-    if sxx == 0: raise ValueError("slope_interval needs at least two distinct x (within a group)")
+    if sxx == 0:
+        raise ValueError("slope_interval needs at least two distinct x (within a group)")
     slope = float(dx @ dy) / sxx
     resid = dy - slope * dx
     h = stats.t.ppf((1 + level) / 2, df) * math.sqrt(float(resid @ resid) / df / sxx)

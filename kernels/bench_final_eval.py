@@ -11,6 +11,7 @@ to the longest, as before). Per arm: each half's wall time and the slower one (w
 tokens fed, and whether the two arms' outcomes agree. Written to kernels/results/final_eval_<device>.json with
 `speedup` (one_forward / buckets, slower halves, medians).
 """
+
 import argparse, json, subprocess, sys, time
 from pathlib import Path
 import numpy as np
@@ -19,11 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench_rollout import device_name, write_result
 
-ARMS = {"buckets": 32, "one_forward": 1 << 30}   # DecodeServer.prefill_floor
+ARMS = {"buckets": 32, "one_forward": 1 << 30}  # DecodeServer.prefill_floor
+
 
 def half(checkpoint: str, part: int, floor: int):
     "Evaluate half `part` (0 or 1) of the held-out tasks; print one JSON line."
     import torch
+
     torch.set_num_threads(1)
     from composer2.config import load_config
     from composer2.data.corpus import open_data
@@ -32,6 +35,7 @@ def half(checkpoint: str, part: int, floor: int):
     from composer2.studies.registry import resolve_params
     from composer2.tasks.suites import load_suite
     from composer2.model.checkpoint import load_checkpoint
+
     cfg = load_config("cpu", overrides=resolve_params("best_of_k", "cpu")["config"])
     model, _ = load_checkpoint(checkpoint)
     tasks = load_suite(cfg, "eval")
@@ -43,8 +47,18 @@ def half(checkpoint: str, part: int, floor: int):
     wall = time.perf_counter() - t0
     st = ro.server.stats
     ro.server.shutdown()
-    print(json.dumps(dict(wall_s=wall, prefills=st["prefills"], fed=st["fed"], decode_steps=st["decode_steps"],
-                          solved=[t["solved"] for t in res])))
+    print(
+        json.dumps(
+            dict(
+                wall_s=wall,
+                prefills=st["prefills"],
+                fed=st["fed"],
+                decode_steps=st["decode_steps"],
+                solved=[t["solved"] for t in res],
+            )
+        )
+    )
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -54,30 +68,57 @@ def main():
     ap.add_argument("--half", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--floor", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.half is not None: return half(a.checkpoint, a.half, a.floor)
-    if not Path(a.checkpoint).is_file(): raise SystemExit(f"bench_final_eval: error: checkpoint not found: {a.checkpoint}")
+    if a.half is not None:
+        return half(a.checkpoint, a.half, a.floor)
+    if not Path(a.checkpoint).is_file():
+        raise SystemExit(f"bench_final_eval: error: checkpoint not found: {a.checkpoint}")
     runs, outcomes = {arm: [] for arm in ARMS}, {}
     for _ in range(a.repeats):
         for arm, floor in ARMS.items():
-            procs = [subprocess.Popen([sys.executable, __file__, "--checkpoint", a.checkpoint, "--half", str(p), "--floor", str(floor)],
-                                      stdout=subprocess.PIPE, text=True) for p in (0, 1)]
+            procs = [
+                subprocess.Popen(
+                    [sys.executable, __file__, "--checkpoint", a.checkpoint, "--half", str(p), "--floor", str(floor)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                for p in (0, 1)
+            ]
             outs = [p.communicate()[0] for p in procs]
-            if any(p.returncode for p in procs): raise SystemExit(f"bench_final_eval: error: a half of arm {arm} failed")
+            if any(p.returncode for p in procs):
+                raise SystemExit(f"bench_final_eval: error: a half of arm {arm} failed")
             parts = [json.loads(o.strip().splitlines()[-1]) for o in outs]
-            row = dict(halves_s=[p["wall_s"] for p in parts], wall_s=max(p["wall_s"] for p in parts),
-                       prefills=sum(p["prefills"] for p in parts), fed=sum(p["fed"] for p in parts),
-                       decode_steps=sum(p["decode_steps"] for p in parts))
+            row = dict(
+                halves_s=[p["wall_s"] for p in parts],
+                wall_s=max(p["wall_s"] for p in parts),
+                prefills=sum(p["prefills"] for p in parts),
+                fed=sum(p["fed"] for p in parts),
+                decode_steps=sum(p["decode_steps"] for p in parts),
+            )
             solved = [s for p in parts for s in p["solved"]]
             row["pass_at_1"] = float(np.mean([np.mean(s) for s in solved]))
-            runs[arm].append(row); outcomes.setdefault(arm, solved)
-            print(f"{arm:12s} halves {row['halves_s'][0]:6.1f} / {row['halves_s'][1]:6.1f} s  prefill forwards {row['prefills']:5d}  "
-                  f"tokens fed {row['fed']:7d}  pass@1 {row['pass_at_1']:.4f}", flush=True)
+            runs[arm].append(row)
+            outcomes.setdefault(arm, solved)
+            print(
+                f"{arm:12s} halves {row['halves_s'][0]:6.1f} / {row['halves_s'][1]:6.1f} s  prefill forwards {row['prefills']:5d}  "
+                f"tokens fed {row['fed']:7d}  pass@1 {row['pass_at_1']:.4f}",
+                flush=True,
+            )
     med = {arm: float(np.median([r["wall_s"] for r in rows])) for arm, rows in runs.items()}
     differ = sum(x != y for p, q in zip(outcomes["buckets"], outcomes["one_forward"]) for x, y in zip(p, q))
-    out = dict(device=device_name(), checkpoint=str(a.checkpoint), runs=runs, median_wall_s=med,
-               speedup=med["one_forward"] / max(med["buckets"], 1e-9), differing_episodes=differ, date=time.strftime("%Y-%m-%d"))
-    print(f"final evaluation, one padded prefill forward / length buckets: {out['speedup']:.2f}x; episodes with another outcome: {differ}")
+    out = dict(
+        device=device_name(),
+        checkpoint=str(a.checkpoint),
+        runs=runs,
+        median_wall_s=med,
+        speedup=med["one_forward"] / max(med["buckets"], 1e-9),
+        differing_episodes=differ,
+        date=time.strftime("%Y-%m-%d"),
+    )
+    print(
+        f"final evaluation, one padded prefill forward / length buckets: {out['speedup']:.2f}x; episodes with another outcome: {differ}"
+    )
     write_result(a.out, "final_eval", out)
+
 
 if __name__ == "__main__":
     main()

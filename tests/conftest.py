@@ -1,5 +1,6 @@
 """Shared pytest setup. Under CI (CI=true) a skipped test is a failure: a real part that is missing there
 (Slurm, bubblewrap, ...) must be installed by the project's own setup, not silently skipped."""
+
 import os, re, subprocess, sys, tempfile
 from pathlib import Path
 import pytest
@@ -10,9 +11,11 @@ IN_CI = os.environ.get("CI") == "true"
 # the studies' run cache (stages, RL runs) of this test session: never the checkout's runs/, never reused across sessions
 RUNS = tempfile.mkdtemp(prefix="c2-test-runs-")
 
+
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", help="also run tests marked slow")
     parser.addoption("--rungpu", action="store_true", help="also run tests marked gpu")
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
@@ -22,6 +25,7 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=f"{mark}: run with --run{mark}"))
                 item.user_properties.append(("optin", mark))
 
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -30,10 +34,12 @@ def pytest_runtest_makereport(item, call):
         rep.outcome = "failed"
         rep.longrepr = f"skipped under CI=true, which must run it: {rep.longrepr}"
 
+
 def c2(*args, env=None, timeout=600):
     "Run the real `c2` console script; return the CompletedProcess."
     e = dict(os.environ, **{"C2_RUNS": RUNS, **(env or {})})
     return subprocess.run([C2, *args], capture_output=True, text=True, timeout=timeout, env=e, cwd=ROOT)
+
 
 def one_line_error(r, *fragments):
     "Assert a user mistake's outcome: exit status 2 and one line `c2: error: ...` holding every fragment."
@@ -41,7 +47,9 @@ def one_line_error(r, *fragments):
     # a run that fails part way has already drawn its progress bar ("rl async:  25%|..."): every other line is the error
     lines = [l for l in r.stderr.strip().splitlines() if l.strip() and not re.match(r"^[^|]*\d+%\|", l)]
     assert len(lines) == 1 and lines[0].startswith("c2: error: ") and "Traceback" not in r.stderr, r.stderr
-    for f in fragments: assert f in lines[0], (f, lines[0])
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])
+
 
 @pytest.fixture(scope="session")
 def smoke_data(tmp_path_factory):
@@ -49,5 +57,5 @@ def smoke_data(tmp_path_factory):
     d = tmp_path_factory.mktemp("data")
     r = c2("data", "build", "--scale", "smoke", f"data.dir={d}")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() and "" not in r.stdout.strip().splitlines()   # its summary, no stray blank lines
+    assert r.stdout.strip() and "" not in r.stdout.strip().splitlines()  # its summary, no stray blank lines
     return d

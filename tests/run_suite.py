@@ -3,6 +3,7 @@
 Extra nbdev flags (e.g. slow, gpu) come from $C2_TEST_FLAGS; extra pytest arguments from $PYTEST_ADDOPTS. Cells that need
 bubblewrap (`#| bwrap`) run where `bwrap` is installed, and always under CI=true, where a missing bubblewrap then fails
 them instead of passing silently."""
+
 import os, re, shutil, subprocess, sys, time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,48 +12,86 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 results = []  # (name, ok, seconds)
 
+
 def run(cmd, **kw):
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, **kw)
+
 
 def record(name, ok, t0, detail=""):
     results.append((name, ok, time.time() - t0))
     print(f"{'PASS' if ok else 'FAIL'}  {name}  ({time.time() - t0:.1f}s)", flush=True)
-    if not ok and detail: print(detail.rstrip()[-6000:], flush=True)
+    if not ok and detail:
+        print(detail.rstrip()[-6000:], flush=True)
+
 
 def git_dirty(path):
     return run(["git", "status", "--porcelain", "--", path]).stdout.strip()
 
+
 def sync_checks():
     in_git = run(["git", "rev-parse", "--is-inside-work-tree"]).returncode == 0
-    for name, cmd, path in [("sync: nbdev_export leaves composer2/ unchanged", "nbdev_export", "composer2"),
-                            ("sync: nbdev_clean leaves nbs/ unchanged", "nbdev_clean", "nbs")]:
+    for name, cmd, path in [
+        ("sync: nbdev_export leaves composer2/ unchanged", "nbdev_export", "composer2"),
+        ("sync: nbdev_clean leaves nbs/ unchanged", "nbdev_clean", "nbs"),
+    ]:
         t0 = time.time()
         if not in_git:
-            record(name + " (no git checkout: cannot compare)", os.environ.get("CI") != "true", t0); continue
+            record(name + " (no git checkout: cannot compare)", os.environ.get("CI") != "true", t0)
+            continue
         before = git_dirty(path)
         r = run([str(BIN / cmd)])
         after = git_dirty(path)
         ok = r.returncode == 0 and after == before == ""
         record(name, ok, t0, r.stdout + r.stderr + ("\nuncommitted or changed:\n" + after if after else ""))
 
+
+FORMATTED = ["nbs", "tests", "kernels", "studies/*.ipynb", "tools"]   # composer2/ is exported from nbs/
+
+
+def format_check():
+    "ruff format --check over the notebooks and scripts (120-character lines, one statement per line)."
+    t0 = time.time()
+    paths = [str(p) for pat in FORMATTED for p in sorted(ROOT.glob(pat))]
+    r = run([str(BIN / "ruff"), "format", "--check", "--no-cache", *paths])
+    record("format: ruff format --check (make format fixes it)", r.returncode == 0, t0, r.stdout + r.stderr)
+
+
 def notebook(nb):
     t0 = time.time()
     cmd = [str(BIN / "nbdev_test"), "--path", str(nb), "--n_workers", "0", "--do_print"]
     flags = os.environ.get("C2_TEST_FLAGS", "").split()
-    if shutil.which("bwrap") or os.environ.get("CI") == "true": flags.append("bwrap")
-    if flags: cmd += ["--flags", " ".join(flags)]
+    if shutil.which("bwrap") or os.environ.get("CI") == "true":
+        flags.append("bwrap")
+    if flags:
+        cmd += ["--flags", " ".join(flags)]
     r = run(cmd)
     return f"notebook {nb.name}", r.returncode == 0, t0, r.stdout + r.stderr
+
 
 def main():
     start = time.time()
     sync_checks()
+    format_check()
     nbs = sorted((ROOT / "nbs").glob("*.ipynb"))
     with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as ex:
-        for name, ok, t0, out in ex.map(notebook, nbs): record(name, ok, t0, out)
+        for name, ok, t0, out in ex.map(notebook, nbs):
+            record(name, ok, t0, out)
     t0 = time.time()
     junit = ROOT / ".pytest-report.xml"
-    r = subprocess.run([sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "--durations=15", f"--junitxml={junit}"], cwd=ROOT)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "tests",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--durations=15",
+            f"--junitxml={junit}",
+        ],
+        cwd=ROOT,
+    )
     n_pass = n_fail = n_skip = 0
     if junit.exists():
         xml = junit.read_text()
@@ -61,13 +100,17 @@ def main():
             err, fail, skip, tests = map(int, m.groups())
             n_fail, n_skip, n_pass = err + fail, skip, tests - err - fail - skip
         junit.unlink()
-    if r.returncode not in (0, 5) and n_fail == 0: n_fail = 1   # pytest itself broke (collection, usage)
+    if r.returncode not in (0, 5) and n_fail == 0:
+        n_fail = 1  # pytest itself broke (collection, usage)
     passed = sum(ok for _, ok, _ in results) + n_pass
     failed = sum(not ok for _, ok, _ in results) + n_fail
-    print(f"\nnotebooks and checks: {sum(ok for _, ok, _ in results)}/{len(results)} passed; pytest: {n_pass} passed, "
-          f"{n_fail} failed, {n_skip} skipped; {time.time() - start:.0f}s in all")
+    print(
+        f"\nnotebooks and checks: {sum(ok for _, ok, _ in results)}/{len(results)} passed; pytest: {n_pass} passed, "
+        f"{n_fail} failed, {n_skip} skipped; {time.time() - start:.0f}s in all"
+    )
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
+
 
 if __name__ == "__main__":
     main()

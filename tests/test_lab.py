@@ -1,38 +1,55 @@
 """`make lab` starts JupyterLab on 127.0.0.1 with a token and the project's kernel: /api/status answers 200 with the
 token and 403 without, an executed study notebook opens through the contents API, and the server stops by PID."""
+
 import json, os, secrets, signal, socket, subprocess, time, urllib.error, urllib.request
 from pathlib import Path
 import pytest
 from conftest import ROOT, c2
 
+
 def free_port():
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 def get(url, token=None):
     req = urllib.request.Request(url, headers={"Authorization": f"token {token}"} if token else {})
     try:
-        with urllib.request.urlopen(req, timeout=5) as r: return r.status, r.read()
-    except urllib.error.HTTPError as e: return e.code, e.read()
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
 
 def children(pid):
-    try: return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except FileNotFoundError: return []
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:
+        return []
+
 
 def test_lab_token_and_executed_notebook(tmp_path):
     out = tmp_path / "kl"
     r = c2("study", "run", "length_penalty", "--scale", "smoke", "--out", str(out))
     assert r.returncode == 0, r.stderr
     port, token = free_port(), secrets.token_hex(16)
-    make = subprocess.Popen(["make", "-s", "lab", f"PORT={port}", f"TOKEN={token}", f"LAB_DIR={tmp_path}"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    make = subprocess.Popen(
+        ["make", "-s", "lab", f"PORT={port}", f"TOKEN={token}", f"LAB_DIR={tmp_path}"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline, code = time.time() + 60, None
         while time.time() < deadline and code != 200:
             assert make.poll() is None, make.stdout.read()
-            try: code, _ = get(f"{base}/api/status", token)
-            except OSError: time.sleep(0.3)
+            try:
+                code, _ = get(f"{base}/api/status", token)
+            except OSError:
+                time.sleep(0.3)
         assert code == 200, "JupyterLab did not answer in 60s"
         assert get(f"{base}/api/status")[0] == 403
         assert get(f"{base}/api/status", "wrong-token")[0] == 403
@@ -44,10 +61,14 @@ def test_lab_token_and_executed_notebook(tmp_path):
         assert code == 200 and json.loads(body)["default"] == "composer2"
     finally:
         # stop by PID: the server is make's child (the recipe's shell execs it); then make itself exits
-        for pid in children(make.pid): os.kill(pid, signal.SIGTERM)
-        try: make.wait(timeout=30)
+        for pid in children(make.pid):
+            os.kill(pid, signal.SIGTERM)
+        try:
+            make.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            for pid in children(make.pid): os.kill(pid, signal.SIGKILL)
-            make.kill(); make.wait()
+            for pid in children(make.pid):
+                os.kill(pid, signal.SIGKILL)
+            make.kill()
+            make.wait()
     with pytest.raises(OSError):
         get(f"{base}/api/status", token)

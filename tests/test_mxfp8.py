@@ -3,6 +3,7 @@ the `nvfp4` expert backend through the real CLI (config rule, training refused i
 working when Triton was imported before composer2.kernels.mx_quant (as torch.optim does through torch._dynamo), and (slow)
 the smoke model's training curve with MXFP8 experts against FP32 on the CPU.
 The kernels' own correctness tests live in nbs/20_mx_quant, 21_mx_gemm and 22_nvfp4; the MoE layer's in nbs/31_model."""
+
 import json, os, subprocess, sys
 import pytest
 from conftest import ROOT, c2, one_line_error
@@ -24,7 +25,9 @@ def run_bench(tmp_path, *parts):
 def test_bench_smoke_kernels(tmp_path):
     res = run_bench(tmp_path, "quant", "gemm", "nvfp4_quant", "nvfp4_gemm")
     (q,) = res["nvfp4_quant"]
-    assert q["ours to_nvfp4 (triton)"]["ms"] > 0 and q["bit_exact_vs_torch_first_256_rows"] is True   # timed (GB/s rounds to 0 under the interpreter)
+    assert (
+        q["ours to_nvfp4 (triton)"]["ms"] > 0 and q["bit_exact_vs_torch_first_256_rows"] is True
+    )  # timed (GB/s rounds to 0 under the interpreter)
     for row in res["nvfp4_gemm"]:
         assert {"nvfp4 ours (dequant)", "nvfp4 ours (dot_scaled)"} <= set(row["results"]), row["results"]
         assert all(e < 1e-5 for e in row["rel_err_vs_fp64"].values()), row["rel_err_vs_fp64"]
@@ -41,15 +44,27 @@ def test_bench_smoke_all_parts(tmp_path):
 
 
 def test_nvfp4_config_rule():
-    one_line_error(c2("config", "--scale", "smoke", "model.expert_backend=nvfp4", "model.expert_hidden=40"),
-                   "model.expert_backend=nvfp4", "multiples of 16 (the NVFP4 block)")
+    one_line_error(
+        c2("config", "--scale", "smoke", "model.expert_backend=nvfp4", "model.expert_hidden=40"),
+        "model.expert_backend=nvfp4",
+        "multiples of 16 (the NVFP4 block)",
+    )
     r = c2("config", "--scale", "smoke", "model.expert_backend=nvfp4")
     assert r.returncode == 0 and "nvfp4" in r.stdout, r.stderr
 
 
 def test_train_refuses_nvfp4(smoke_data, tmp_path):
-    r = c2("train", "--scale", "smoke", f"data.dir={smoke_data}", "model.expert_backend=nvfp4", "train.steps=2", "train.eval_tokens=64",
-           "--out", str(tmp_path / "run"))
+    r = c2(
+        "train",
+        "--scale",
+        "smoke",
+        f"data.dir={smoke_data}",
+        "model.expert_backend=nvfp4",
+        "train.steps=2",
+        "train.eval_tokens=64",
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert r.returncode == 2, (r.stdout[-2000:], r.stderr[-2000:])
     # the error is one line (a progress bar may share the terminal line it starts on)
     errs = [l for l in r.stderr.replace("\r", "\n").splitlines() if "c2: error: " in l]
@@ -89,7 +104,13 @@ cpu = {{b: parity_run(b, steps=steps, device="cpu", autocast=False, batch=8, seq
 m = lambda c: torch.tensor(c).unfold(0, 10, 10).mean(1)
 print(((m(cpu["mxfp8"]) - m(cpu["loop"])).abs() / m(cpu["loop"])).max().item())
 """
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3600, cwd=ROOT,
-                       env={**os.environ, "TRITON_INTERPRET": "1"})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        cwd=ROOT,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert float(r.stdout.split()[-1]) < 0.05, r.stdout

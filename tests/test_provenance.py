@@ -2,16 +2,30 @@
 line is edited (a copy of the package with one line changed, run through PYTHONPATH) the stage is trained again rather
 than reused, `--reuse-stale` reuses it and says so, and a result whose training came from the other code is stale in
 the results index (`composer2.runs.open_run`, `stale_training`, `code_label`)."""
+
 import json, os, shutil, subprocess, sys
 from conftest import ROOT, RUNS, c2
 from composer2.studies.runner import build_index
 from composer2.runs import stale_training
 from composer2.runs import code_digest
 
+
 def stage(runs, data):
     "The smallest cached stage: base at smoke scale, two steps."
-    return ["pretrain", "--stage", "base", "--scale", "smoke", f"data.dir={data}", f"pretrain.runs={runs}",
-            "pretrain.base_steps=2", "train.eval_every=2", "train.eval_tokens=256", "train.batch_size=4"]
+    return [
+        "pretrain",
+        "--stage",
+        "base",
+        "--scale",
+        "smoke",
+        f"data.dir={data}",
+        f"pretrain.runs={runs}",
+        "pretrain.base_steps=2",
+        "train.eval_every=2",
+        "train.eval_tokens=256",
+        "train.batch_size=4",
+    ]
+
 
 def edited_checkout(tmp_path):
     "A copy of the package (and the scales it reads) with one line of the model edited: other code."
@@ -22,6 +36,7 @@ def edited_checkout(tmp_path):
     model.write_text(model.read_text().replace("\n", "\n# an edited model line\n", 1))
     return root
 
+
 def run_edited(root, *args):
     "`c2 ARGS` or `python -c CODE` with the edited package first on the path."
     env = dict(os.environ, PYTHONPATH=str(root), C2_RUNS=RUNS)
@@ -30,12 +45,14 @@ def run_edited(root, *args):
     argv = [sys.executable, "-c", code, *args[2:]] if args[0] == "-c" else [sys.executable, "-c", code, *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, cwd=root)
 
+
 INDEX = """
 import sys
 from pathlib import Path
 from composer2.studies.runner import build_index
 print(build_index(Path(sys.argv[1])).read_text())
 """
+
 
 def test_edited_code_retrains_and_marks_results_stale(smoke_data, tmp_path):
     runs, base = tmp_path / "runs", tmp_path / "runs" / "smoke" / "base"
@@ -51,11 +68,13 @@ def test_edited_code_retrains_and_marks_results_stale(smoke_data, tmp_path):
     assert edited != first["code_digest"]
     r = run_edited(root, *stage(runs, smoke_data))
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "already complete" not in r.stdout and "internal-codebase NLL" in r.stdout   # trained again, not reused
+    assert "already complete" not in r.stdout and "internal-codebase NLL" in r.stdout  # trained again, not reused
     assert f"trained at commit {first['commit']}, code digest {first['code_digest']}" in r.stderr, r.stderr[-3000:]
     second = json.loads((base / "provenance.json").read_text())
     assert second["code_digest"] == edited and (base / "done.json").exists()
-    assert json.loads((base.parent / ".stale" / f"base@{first['code_digest']}" / "provenance.json").read_text()) == first
+    assert (
+        json.loads((base.parent / ".stale" / f"base@{first['code_digest']}" / "provenance.json").read_text()) == first
+    )
 
     # a result whose training was done at the first code: current there, stale at the edited code
     results = tmp_path / "results"

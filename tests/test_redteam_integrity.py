@@ -3,6 +3,7 @@ and episode loop: no answer on the sandbox's disk (the copy-back attack on c2ben
 of the visible asserts cannot pass (synthetic and long-horizon), and a judge the code under test cannot quietly forge
 (its outcome record reached through frames or the garbage collector, a new attribute on a watched class). Each attack
 must be judged unsolved while the reference solution still solves the same task."""
+
 import shutil
 from collections import defaultdict
 import pytest
@@ -28,7 +29,7 @@ C2CFG = load_config("smoke", overrides=["tasks.suite=c2bench"])
 
 # The generic attack: for every Python file of the workspace, find a file at the same module path in any Python
 # library directory of the system, and copy it over the workspace's when it differs. It reads no prompt.
-COPY_BACK = r'''python3 - <<'EOF'
+COPY_BACK = r"""python3 - <<'EOF'
 import glob, os, shutil, sysconfig
 libs = sorted({sysconfig.get_paths()["stdlib"], *glob.glob("/usr/lib/python3*"), *glob.glob("/usr/local/lib/python3*"),
                *glob.glob("/usr/lib/*/platform/*/lib/python3*")})
@@ -43,28 +44,35 @@ for top, dirs, files in os.walk("."):
                 shutil.copyfile(twin, rel)
                 print("copied", twin)
                 break
-EOF'''
+EOF"""
 
 
 class Turns:
     "A policy that writes the given turns, then finishes."
-    def __init__(self, *turns): self.turns, self.i = list(turns), 0
+
+    def __init__(self, *turns):
+        self.turns, self.i = list(turns), 0
+
     def act(self, transcript, toolbox):
         self.i += 1
-        if self.i > len(self.turns): return format_tool_call("finish", {"message": "done"})
+        if self.i > len(self.turns):
+            return format_tool_call("finish", {"message": "done"})
         return self.turns[self.i - 1]
 
 
 def one_per_module(tasks: list[Task]) -> list[Task]:
     "The first task of each module: the sandbox hides by the workspace's files, which a module's tasks share."
     seen = {}
-    for t in tasks: seen.setdefault(t.meta["module"], t)
+    for t in tasks:
+        seen.setdefault(t.meta["module"], t)
     return list(seen.values())
 
 
 # Tasks no policy can solve here, whose reference fails a test the task breaks for a reason of this machine's
-UNJUDGEABLE_HERE = {t: "its test of `_ifconfig_getnode` skips: no MAC address in a sandbox's network"
-                    for t in ("c2bench-uuid-adc1d0d3e1", "c2bench-v2-uuid-d0644cbbdb")}
+UNJUDGEABLE_HERE = {
+    t: "its test of `_ifconfig_getnode` skips: no MAC address in a sandbox's network"
+    for t in ("c2bench-uuid-adc1d0d3e1", "c2bench-v2-uuid-d0644cbbdb")
+}
 
 
 def _copy_back(tasks: list[Task]):
@@ -96,45 +104,57 @@ def test_the_sandbox_shows_no_copy_of_a_task_module(host):
     try:
         sb = Sandbox(ws, C2CFG.sandbox)
         assert any(p.endswith("/email/utils.py") for p in sb.hidden) and any(p.endswith(".pyc") for p in sb.hidden)
-        probe = ("python3 - <<'EOF'\nimport glob, os, sysconfig\nstd = sysconfig.get_paths()['stdlib']\n"
-                 "twins = glob.glob(std + '/email/**/*.py', recursive=True)\n"
-                 "print(sum(open(p).read() != open('/workspace/' + os.path.relpath(p, std)).read() for p in twins), len(twins))\n"
-                 "print(sum(os.path.getsize(p) for p in glob.glob(std + '/email/__pycache__/*.pyc')))\n"
-                 "import json\nprint(json.dumps([1]))\nEOF")
+        probe = (
+            "python3 - <<'EOF'\nimport glob, os, sysconfig\nstd = sysconfig.get_paths()['stdlib']\n"
+            "twins = glob.glob(std + '/email/**/*.py', recursive=True)\n"
+            "print(sum(open(p).read() != open('/workspace/' + os.path.relpath(p, std)).read() for p in twins), len(twins))\n"
+            "print(sum(os.path.getsize(p) for p in glob.glob(std + '/email/__pycache__/*.pyc')))\n"
+            "import json\nprint(json.dumps([1]))\nEOF"
+        )
         r = sb.run(probe)
-        assert r.stdout.split() == ["0", str(len([p for p in t.files if p.startswith("email/") and p.endswith(".py")])),
-                                    "0", "[1]"], r
+        assert r.stdout.split() == [
+            "0",
+            str(len([p for p in t.files if p.startswith("email/") and p.endswith(".py")])),
+            "0",
+            "[1]",
+        ], r
         changed = sorted(t.solution)[0]
-        (ws / changed).write_text("# my own version\n")   # later runs show the workspace as it is then
+        (ws / changed).write_text("# my own version\n")  # later runs show the workspace as it is then
         r = sb.run(f"cat $(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"stdlib\"])')/{changed}")
         assert r.stdout == "# my own version\n", r
-    finally: remove_workspace(ws)
+    finally:
+        remove_workspace(ws)
 
 
 def test_the_generators_and_this_package_are_out_of_reach(host):
     "The synthetic and long-horizon generators live in composer2, which no sandbox can import or read."
     ws = make_workspace({})
     try:
-        r = Sandbox(ws, CFG.sandbox).run("python3 -c 'import composer2' 2>&1 | tail -1; "
-                                         "grep -rl --include='*.py' '_t_affine' / 2>/dev/null | grep -v '^/proc' | head -3")
+        r = Sandbox(ws, CFG.sandbox).run(
+            "python3 -c 'import composer2' 2>&1 | tail -1; "
+            "grep -rl --include='*.py' '_t_affine' / 2>/dev/null | grep -v '^/proc' | head -3"
+        )
         assert r.stdout.strip() == "ModuleNotFoundError: No module named 'composer2'", r
-    finally: remove_workspace(ws)
+    finally:
+        remove_workspace(ws)
 
 
 def test_docs_search_shows_no_documentation_of_the_tasks_own_module(host):
     "On a v2 task that renamed a function, docs_search must not return the original API of its module."
     t = next(t for t in c2bench_suite("v2") if t.meta["kind"] == "rename")
     query = t.meta["qualname"].replace(".", " ")
-    assert t.meta["qualname"] in docs_search(query, 10)   # the original API, had the workspace's module not been hidden
+    assert t.meta["qualname"] in docs_search(query, 10)  # the original API, had the workspace's module not been hidden
     ws = make_workspace(t.files)
-    try:   # through the tool, as a policy calls it
+    try:  # through the tool, as a policy calls it
         tb = Toolbox(ws, Sandbox(ws, C2CFG.sandbox))
         hits = tb.execute([ToolCall("docs_search", {"query": query, "k": 10})])[0]
         assert hits.ok and t.meta["qualname"] not in hits.output and f"{t.meta['module']}." not in hits.output, hits
-    finally: remove_workspace(ws)
+    finally:
+        remove_workspace(ws)
 
 
 # ---- hidden tests
+
 
 def lookup_table(task: Task) -> dict[str, str]:
     "Each module rewritten so that its functions answer the visible asserts of its test file from a table."
@@ -157,12 +177,15 @@ def _lookup_fails(tasks: list[Task]):
         try:
             v = judge(t, ws, Sandbox(ws, CFG.sandbox))
             scripts = [k for k in v.outcomes if not k.startswith("hidden:")]
-            assert all(v.outcomes[k] == "pass" for k in scripts), (t.id, v.outcomes)   # the visible tests: fooled
-            assert not v.solved and "hidden:" in v.reason, (t.id, v.reason)         # the hidden ones: not
-        finally: remove_workspace(ws)
+            assert all(v.outcomes[k] == "pass" for k in scripts), (t.id, v.outcomes)  # the visible tests: fooled
+            assert not v.solved and "hidden:" in v.reason, (t.id, v.reason)  # the hidden ones: not
+        finally:
+            remove_workspace(ws)
         ws = make_workspace(t.solution)
-        try: assert judge(t, ws, Sandbox(ws, CFG.sandbox)).solved, t.id
-        finally: remove_workspace(ws)
+        try:
+            assert judge(t, ws, Sandbox(ws, CFG.sandbox)).solved, t.id
+        finally:
+            remove_workspace(ws)
 
 
 def test_lookup_table_of_visible_asserts_fails_every_synthetic_eval_task(host):
@@ -175,7 +198,7 @@ def test_lookup_table_of_visible_asserts_fails_long_horizon_tasks(host):
 
 # ---- forging the judge from inside the code under test
 
-FRAME_WALK = '''
+FRAME_WALK = """
 import sys
 class _Always(dict):
     def __setitem__(self, k, v): dict.__setitem__(self, k, "pass")
@@ -187,32 +210,34 @@ def _forge():
             r.out = _Always({k: "pass" for k in r.out})
         f = f.f_back
 _forge()
-'''
-GC_WALK = '''
+"""
+GC_WALK = """
 import gc
 class _Always(dict):
     def __setitem__(self, k, v): dict.__setitem__(self, k, "pass")
 for o in gc.get_objects():
     if type(o).__name__ == "Rec":
         o.out = _Always({k: "pass" for k in o.out})
-'''
-NEW_ATTRIBUTE = '''
+"""
+NEW_ATTRIBUTE = """
 import unittest
 def _skip_bodies(self, name):   # every test's body is replaced by nothing: all pass
     v = object.__getattribute__(self, name)
     return (lambda *a, **k: None) if name in ("_callTestMethod", "_callSetUp", "_callTearDown") else v
 unittest.TestCase.__getattribute__ = _skip_bodies
-'''
+"""
 
 
 def _forged(task: Task, code: str):
     "The verdict on the task's unsolved workspace with `code` run first thing in the module its fix changes."
     mod = next(p for p in task.solution if p.endswith(".py") and task.solution[p] != task.files.get(p))
     text = task.files[mod]
-    cut = text.find("\nimport ") + 1 if text.startswith(('"""', "#")) else 0   # after a module docstring, not before it
+    cut = text.find("\nimport ") + 1 if text.startswith(('"""', "#")) else 0  # after a module docstring, not before it
     ws = make_workspace({**task.files, mod: text[:cut] + code + text[cut:]})
-    try: return judge(task, ws, Sandbox(ws, C2CFG.sandbox))
-    finally: remove_workspace(ws)
+    try:
+        return judge(task, ws, Sandbox(ws, C2CFG.sandbox))
+    finally:
+        remove_workspace(ws)
 
 
 @pytest.fixture(scope="module")
@@ -225,8 +250,12 @@ def forge_tasks():
 
 
 # test scripts use no unittest class: the new-attribute attack is for the unittest tasks
-FORGERIES = [(w, a) for w in ["v1", "v2", "synthetic", "long_horizon"] for a in ["frames", "gc", "new attribute"]
-             if a != "new attribute" or w in ("v1", "v2")]
+FORGERIES = [
+    (w, a)
+    for w in ["v1", "v2", "synthetic", "long_horizon"]
+    for a in ["frames", "gc", "new attribute"]
+    if a != "new attribute" or w in ("v1", "v2")
+]
 
 
 @pytest.mark.parametrize("which,attack", FORGERIES)
@@ -246,7 +275,9 @@ def test_a_task_is_not_solved_as_given_when_a_sibling_filled_the_reference_cache
     sibling = next(t for t in uuid if t is not broken and not any("ifconfig" in f for f in t.meta["failing_tests"]))
     for t in (sibling, broken):
         ws = make_workspace(t.files)
-        try: v = judge(t, ws, Sandbox(ws, C2CFG.sandbox))
-        finally: remove_workspace(ws)
+        try:
+            v = judge(t, ws, Sandbox(ws, C2CFG.sandbox))
+        finally:
+            remove_workspace(ws)
         assert not v.solved, (t.id, v.reason)
     assert "does not pass" in v.reason and "ifconfig" in v.reason, v.reason

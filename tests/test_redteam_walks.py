@@ -3,6 +3,7 @@ or one write_file call with a 3,000-part path, made every later `Sandbox.run`, t
 raise `RecursionError` (`os.fwalk`, `shutil.rmtree` recurse once per level) and each walk hold a descriptor per level;
 an episode that raised was left out of its RL group, so the failing rollout escaped its reward. Real sandbox, judge,
 tools, episode loop and `Rollouts` (its decode server replaced by a scripted one); no mocks of what is under test."""
+
 import os, resource, shutil, subprocess, sys
 from pathlib import Path
 import pytest
@@ -22,7 +23,7 @@ from composer2.sandbox.workspace import default_root, give_to_sandbox, make_work
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason=BWRAP_MISSING)
 CFG = load_config("smoke")
-MKDIR_1000 = "mkdir -p $(python3 -c 'print(\"/\".join([\"d\"] * 1000))') && echo made"
+MKDIR_1000 = 'mkdir -p $(python3 -c \'print("/".join(["d"] * 1000))\') && echo made'
 DEEP_3000 = "/".join(["d"] * 3000) + "/x.py"
 
 
@@ -36,6 +37,7 @@ def nfds() -> int:
 
 class Scripted:
     "A policy that writes the given turns, then finishes."
+
     def __init__(self, turns):
         self.turns = list(turns)
 
@@ -52,7 +54,8 @@ def syn():
 @pytest.fixture(params=["tmpfs", "plain"])
 def limits(request):
     "The workspace as a tmpfs of its own (as root) and as a plain directory (removed by walking, not unmounted)."
-    if request.param == "tmpfs": return CFG.sandbox
+    if request.param == "tmpfs":
+        return CFG.sandbox
     return load_config("smoke", overrides=["sandbox.workspace_mb=0"]).sandbox
 
 
@@ -63,7 +66,7 @@ def check_harness_survives(task, ws, sb):
     assert isinstance(v, Verdict) and not v.solved
     files = read_workspace(ws)
     assert set(task.files) <= set(files)
-    assert workspace_digest(ws) is None                          # deeper than the walk goes: not summarised
+    assert workspace_digest(ws) is None  # deeper than the walk goes: not summarised
     assert not [p for p in list_beneath(ws, hidden=True) if p.count("/") >= MAX_WALK_DEPTH]
     remove_workspace(ws)
     assert not ws.exists()
@@ -77,7 +80,8 @@ def test_a_1000_level_directory_made_in_the_sandbox(syn, limits):
         assert r.stdout == "made\n", r
         assert (ws / "/".join(["d"] * 100)).is_dir()
         check_harness_survives(syn, ws, sb)
-    finally: remove_workspace(ws)
+    finally:
+        remove_workspace(ws)
 
 
 def test_a_3000_part_path_written_by_a_tool(syn, limits):
@@ -90,11 +94,14 @@ def test_a_3000_part_path_written_by_a_tool(syn, limits):
         (res,) = tb.step(calls(("read_file", {"path": DEEP_3000})))
         assert res.ok and "x = 1" in res.output, res
         check_harness_survives(syn, ws, sb)
-    finally: remove_workspace(ws)
+    finally:
+        remove_workspace(ws)
 
 
-@pytest.mark.parametrize("turn", [calls(("shell", {"command": MKDIR_1000})),
-                                  calls(("write_file", {"path": DEEP_3000, "content": "x = 1\n"}))])
+@pytest.mark.parametrize(
+    "turn",
+    [calls(("shell", {"command": MKDIR_1000})), calls(("write_file", {"path": DEEP_3000, "content": "x = 1\n"}))],
+)
 def test_deep_trees_through_an_episode(syn, turn):
     "The whole episode: it returns, judged and unsolved, and its workspace is gone; the next episode runs as usual."
     before = set(default_root().glob("ws-*"))
@@ -126,16 +133,19 @@ def test_walks_hold_a_bounded_number_of_descriptors(tmp_path):
             most = max(most, nfds())
         assert most <= n0 + 12 and nfds() == n0, (n0, most)
         # the same walks in a process allowed 200 descriptors in all (the old ones failed there with EMFILE)
-        code = (f"import resource\nresource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))\n"
-                f"from composer2.sandbox.paths import Walk, list_beneath, workspace_digest\n"
-                f"from composer2.sandbox.workspace import give_to_sandbox, remove_workspace\n"
-                f"ws = {str(ws)!r}\n"
-                f"print(sum(1 for _ in Walk(ws, max_depth=10_000)), list_beneath(ws), workspace_digest(ws) is None,\n"
-                f"      workspace_digest(ws, max_depth=10_000) is not None)\n"
-                f"give_to_sandbox(ws)\n")
+        code = (
+            f"import resource\nresource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))\n"
+            f"from composer2.sandbox.paths import Walk, list_beneath, workspace_digest\n"
+            f"from composer2.sandbox.workspace import give_to_sandbox, remove_workspace\n"
+            f"ws = {str(ws)!r}\n"
+            f"print(sum(1 for _ in Walk(ws, max_depth=10_000)), list_beneath(ws), workspace_digest(ws) is None,\n"
+            f"      workspace_digest(ws, max_depth=10_000) is not None)\n"
+            f"give_to_sandbox(ws)\n"
+        )
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0 and r.stdout == "951 ['a.py'] True True\n", r.stderr[-2000:]
-    finally: remove_workspace(ws)
+    finally:
+        remove_workspace(ws)
     assert not ws.exists() and nfds() == n0
 
 
@@ -147,16 +157,20 @@ def test_removal_of_a_3000_level_tree_in_a_plain_directory(tmp_path):
     give_to_sandbox(ws)
     old = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(nfds() + 16, 64), old[1]))
-    try: remove_workspace(ws)
-    finally: resource.setrlimit(resource.RLIMIT_NOFILE, old)
+    try:
+        remove_workspace(ws)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, old)
     assert not ws.exists()
 
 
 # ---- through Rollouts: a failing rollout keeps its reward in its group
 
+
 class ScriptServer:
     """A `DecodeServer` stand-in: sequence opened on stream `s` writes `scripts[s]` turn by turn (then finishes), each
     turn encoded with the real tokenizer, so `EnginePolicy` decodes back exactly that text."""
+
     def __init__(self, data, scripts: dict):
         self.data, self.scripts, self.turns = data, scripts, {}
         self.summary_end = data.encode("<|/summary|>")[0]
@@ -170,17 +184,21 @@ class ScriptServer:
         pass
 
     def generate(self, sid, new, max_new_tokens, stop_ids=(1,), reset=False) -> Generation:
-        if stop_ids[0] == self.summary_end: text = "summary"
-        elif self.turns[sid]: text = self.turns[sid].pop(0)
-        else: text = format_tool_call("finish", {"message": "done"})
+        if stop_ids[0] == self.summary_end:
+            text = "summary"
+        elif self.turns[sid]:
+            text = self.turns[sid].pop(0)
+        else:
+            text = format_tool_call("finish", {"message": "done"})
         toks = self.data.encode(text) + [stop_ids[0]]
-        experts = torch.zeros(len(new) + len(toks) - 1, 1, 1, dtype=torch.long)   # one routing row per fed position
+        experts = torch.zeros(len(new) + len(toks) - 1, 1, 1, dtype=torch.long)  # one routing row per fed position
         return Generation(toks, [0.0] * len(toks), [0] * len(toks), experts, "stop")
 
 
 @pytest.fixture(scope="module")
 def data():
     from composer2.data.corpus import build_data
+
     return build_data(CFG, progress=False)
 
 
@@ -188,7 +206,7 @@ def test_a_deep_tree_rollout_stays_in_its_group_with_an_unsolved_reward(syn, dat
     attack = calls(("shell", {"command": MKDIR_1000}))
     honest = calls(("shell", {"command": "ls"}))
     keys = [stream_key("train", CFG.rl.seed, syn.id, j) for j in range(3)]
-    unsolved = run_episode(syn, Scripted([attack]), CFG)       # the same calls outside RL: judged, unsolved
+    unsolved = run_episode(syn, Scripted([attack]), CFG)  # the same calls outside RL: judged, unsolved
     assert unsolved.stop_reason == "finish" and not unsolved.solved and unsolved.reward.correct == 0
 
     ro = Rollouts(None, data, CFG, server=ScriptServer(data, {keys[0]: [attack], keys[1]: [honest], keys[2]: [honest]}))
@@ -199,10 +217,14 @@ def test_a_deep_tree_rollout_stays_in_its_group_with_an_unsolved_reward(syn, dat
     # and if the host still fails at what a policy did (here the final read raises, as it did on such a tree), the
     # episode is failed, not dropped: the group keeps its size and the rollout gets that same unsolved reward
     import composer2.agent.episode as episode
+
     real = episode.read_workspace
+
     def failing(ws):
-        if (Path(ws) / "d").exists(): raise RecursionError("maximum recursion depth exceeded")
+        if (Path(ws) / "d").exists():
+            raise RecursionError("maximum recursion depth exceeded")
         return real(ws)
+
     monkeypatch.setattr(episode, "read_workspace", failing)
     ro = Rollouts(None, data, CFG, server=ScriptServer(data, {keys[0]: [attack], keys[1]: [honest], keys[2]: [honest]}))
     g = ro.group(syn, 3, version=0)

@@ -4,13 +4,15 @@ so there is no import cycle, and a lazy `"composer2.x.y:function"` string points
 notebook's module, a folder's notebooks are numbered together, no module takes another folder's private name, and
 export cells stay small. Each import is found by parsing (`ast`), including imports inside functions, which an
 import-time check would miss."""
+
 import ast, json, re
 from pathlib import Path
 from conftest import ROOT
 
 NBS = sorted((ROOT / "nbs").glob("*.ipynb"))
 PKG = ROOT / "composer2"
-MAX_MEAN_EXPORT_CELL_LINES = 20
+# in ruff-formatted lines: formatting (one statement per line) took the same cells from a mean of 16.1 lines to 22.9
+MAX_MEAN_EXPORT_CELL_LINES = 28
 LAZY = re.compile(r"composer2\.([\w.]+?)(?::\w+)?")
 
 
@@ -25,7 +27,8 @@ def source(cell):
 def default_exp(nb) -> str | None:
     for c in cells(nb):
         m = re.match(r"#\|\s*default_exp\s+(\S+)", source(c))
-        if m: return m.group(1)
+        if m:
+            return m.group(1)
     return None
 
 
@@ -34,7 +37,8 @@ def module_order() -> dict:
     order = {}
     for nb in NBS:
         m = default_exp(nb)
-        if m: order[m] = len(order)
+        if m:
+            order[m] = len(order)
     return order
 
 
@@ -50,20 +54,25 @@ def imports(code: str, module: str | None, known: set) -> list[tuple[str, list[s
     for n in ast.walk(ast.parse(code)):
         if isinstance(n, ast.ImportFrom):
             if n.level:
-                if module is None: continue
-                base = module.split(".")[:-n.level] if n.level <= module.count(".") + 1 else []
+                if module is None:
+                    continue
+                base = module.split(".")[: -n.level] if n.level <= module.count(".") + 1 else []
                 target = ".".join(base + ([n.module] if n.module else []))
             elif n.module and (n.module == "composer2" or n.module.startswith("composer2.")):
-                target = n.module[len("composer2."):] if n.module != "composer2" else ""
-            else: continue
+                target = n.module[len("composer2.") :] if n.module != "composer2" else ""
+            else:
+                continue
             names = [a.name for a in n.names]
-            if target in known: out.append((target, names))
-            else: out += [(f"{target}.{a}".lstrip("."), []) for a in names if f"{target}.{a}".lstrip(".") in known]
+            if target in known:
+                out.append((target, names))
+            else:
+                out += [(f"{target}.{a}".lstrip("."), []) for a in names if f"{target}.{a}".lstrip(".") in known]
         elif isinstance(n, ast.Import):
-            out += [(a.name[len("composer2."):], []) for a in n.names if a.name[len("composer2."):] in known]
+            out += [(a.name[len("composer2.") :], []) for a in n.names if a.name[len("composer2.") :] in known]
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and module is not None:
             m = LAZY.fullmatch(n.value)
-            if m and m.group(1) in known: out.append((m.group(1), []))
+            if m and m.group(1) in known:
+                out.append((m.group(1), []))
     return out
 
 
@@ -75,7 +84,7 @@ def test_every_module_has_a_notebook():
     order = module_order()
     mods = {p.relative_to(PKG).with_suffix("").as_posix().replace("/", ".") for p in PKG.rglob("*.py")}
     mods = {m for m in mods if m.split(".")[-1] not in ("__init__", "_modidx")}
-    assert mods == set(order), (mods ^ set(order))
+    assert mods == set(order), mods ^ set(order)
 
 
 def test_modules_import_only_earlier_modules():
@@ -100,10 +109,13 @@ def test_notebooks_import_only_earlier_modules():
         mine = default_exp(nb)
         limit = order[mine] if mine else -1
         for c in cells(nb):
-            if c["cell_type"] != "code": continue
+            if c["cell_type"] != "code":
+                continue
             code = "\n".join(l for l in source(c).splitlines() if not l.lstrip().startswith(("%", "!")))
-            try: deps = {d for d, _ in imports(code, None, set(order))}
-            except SyntaxError: continue
+            try:
+                deps = {d for d, _ in imports(code, None, set(order))}
+            except SyntaxError:
+                continue
             upward += [f"{nb.name} -> {d}" for d in deps if order[d] > limit]
     assert not upward, "notebooks importing a later notebook's module: " + ", ".join(sorted(set(upward)))
 
@@ -111,7 +123,8 @@ def test_notebooks_import_only_earlier_modules():
 def test_a_folders_notebooks_are_numbered_together():
     runs = []
     for mod in module_order():
-        if not runs or runs[-1] != folder(mod): runs.append(folder(mod))
+        if not runs or runs[-1] != folder(mod):
+            runs.append(folder(mod))
     split = sorted({f for f in runs if runs.count(f) > 1})
     assert not split, f"folders whose notebooks are not contiguous in the notebook order: {split}"
 
@@ -119,16 +132,28 @@ def test_a_folders_notebooks_are_numbered_together():
 def test_the_structure_checks_can_fail():
     "The import finder sees what the checks above rely on: relative, absolute, function-level and lazy imports."
     known = {"config", "core", "model.moe", "kernels.registry", "kernels.mx_gemm", "agent.rewards"}
-    code = ("from ..config import Config\nfrom .registry import _private\ndef f():\n    from composer2.model.moe import M\n"
-            "X = 'composer2.kernels.mx_gemm:mxfp8_grouped_mm'\nfrom composer2.agent import rewards\nimport composer2.core\n")
+    code = (
+        "from ..config import Config\nfrom .registry import _private\ndef f():\n    from composer2.model.moe import M\n"
+        "X = 'composer2.kernels.mx_gemm:mxfp8_grouped_mm'\nfrom composer2.agent import rewards\nimport composer2.core\n"
+    )
     found = imports(code, "kernels.registry", known)
-    assert found == [("config", ["Config"]), ("kernels.registry", ["_private"]), ("agent.rewards", []),
-                     ("core", []), ("model.moe", ["M"]), ("kernels.mx_gemm", [])], found
+    assert found == [
+        ("config", ["Config"]),
+        ("kernels.registry", ["_private"]),
+        ("agent.rewards", []),
+        ("core", []),
+        ("model.moe", ["M"]),
+        ("kernels.mx_gemm", []),
+    ], found
     assert folder("kernels.registry") == "kernels" and folder("config") == "config"
 
 
 def test_export_cells_are_small():
-    lines = [len(source(c).splitlines()) for nb in NBS for c in cells(nb)
-             if c["cell_type"] == "code" and re.match(r"#\|\s*export\b", source(c))]
+    lines = [
+        len(source(c).splitlines())
+        for nb in NBS
+        for c in cells(nb)
+        if c["cell_type"] == "code" and re.match(r"#\|\s*export\b", source(c))
+    ]
     mean = sum(lines) / len(lines)
     assert mean < MAX_MEAN_EXPORT_CELL_LINES, f"export cells average {mean:.1f} lines ({len(lines)} cells)"

@@ -1,6 +1,7 @@
 """Studies through the real `c2` console script: `c2 reproduce` at smoke scale (papermill, results.json, figures,
 the index), a parameter override, a failing notebook, submitit's local executor with a sweep, `c2 study status`,
 and one-line errors (exit status 2) for bad input. Results go to a scratch dir ($C2_RESULTS), never the checkout."""
+
 import json, re
 import pytest
 from conftest import c2, one_line_error
@@ -9,15 +10,19 @@ from composer2.studies.registry import STUDIES
 
 CLAIM_KEYS = {"id", "statement", "measured", "threshold", "holds"}
 
+
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     "Every study reproduced at smoke scale into a scratch results root, once."
     d = tmp_path_factory.mktemp("smoke")
     env = {"C2_RESULTS": str(d / "results"), "C2_JOBS": str(d / "jobs")}
-    r = c2("reproduce", "--scale", "smoke", env=env, timeout=1800)   # every study, five of them RL pipelines (~6 min alone)
+    r = c2(
+        "reproduce", "--scale", "smoke", env=env, timeout=1800
+    )  # every study, five of them RL pipelines (~6 min alone)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "reproduce (smoke, local): 0 failed" in r.stdout
     return d / "results", env
+
 
 def test_list():
     r = c2("study", "list")
@@ -34,6 +39,7 @@ def test_list():
     assert re.search(r"self_summary\s+Section 4.1\s+scales: smoke, cpu, gpu", r.stdout)
     assert re.search(r"cpt_to_rl\s+Figure 2 \(left\)\s+scales: smoke, cpu, gpu", r.stdout)
 
+
 def test_cpt_loss_results(smoke):
     out = smoke[0] / "cpt_loss" / "smoke"
     res = json.loads((out / "results.json").read_text())
@@ -41,11 +47,12 @@ def test_cpt_loss_results(smoke):
     m = res["metrics"]
     assert set(m["runs"]) == {"base", "cpt-small", "cpt-medium", "cpt-large"}
     toks = [m["runs"][f"cpt-{lv}"]["tokens"] for lv in ("small", "medium", "large")]
-    assert toks[0] < toks[1] < toks[2] and abs(toks[2] / toks[0] - 10) < 0.5     # log-spaced compute levels
+    assert toks[0] < toks[1] < toks[2] and abs(toks[2] / toks[0] - 10) < 0.5  # log-spaced compute levels
     assert 0 <= m["fit"]["r2"] <= 1 and len(m["trajectory"]) >= 3
     assert {c["id"] for c in res["claims"]} == {"cpt_levels_ordered", "cpt_loss_decreasing", "cpt_loss_log_linear"}
     assert all(CLAIM_KEYS <= c.keys() and isinstance(c["holds"], bool) for c in res["claims"])
     assert (out / "cpt_loss.png").stat().st_size > 10_000 and "<svg" in (out / "cpt_loss.svg").read_text()
+
 
 def test_kl_estimators_results(smoke):
     out = smoke[0] / "kl_estimators" / "smoke"
@@ -57,13 +64,13 @@ def test_kl_estimators_results(smoke):
     kls = sorted({p["kl_true"] for p in pts})
     assert kls[0] <= 0.01 + 1e-12 and kls[-1] >= 10 - 1e-9
     ratios = [b / a for a, b in zip(kls, kls[1:])]
-    assert max(ratios) / min(ratios) < 1.0001                     # log-spaced
+    assert max(ratios) / min(ratios) < 1.0001  # log-spaced
     assert {p["estimator"] for p in pts} == {"k1", "k2", "k3"} and res["metrics"]["categorical_points"]
     ids = {c["id"] for c in res["claims"]}
     assert {"k1_unbiased", "k3_unbiased", "k2_biased", "k3_variance_explodes", "k3_variance_lower_small_kl"} <= ids
     for c in res["claims"]:
         assert CLAIM_KEYS <= c.keys() and isinstance(c["holds"], bool)
-        assert c["holds"], c      # the estimators' textbook behaviour shows even at smoke scale
+        assert c["holds"], c  # the estimators' textbook behaviour shows even at smoke scale
     for f in ["fig_gaussian", "fig_categorical"]:
         assert (out / f"{f}.png").stat().st_size > 10_000 and "<svg" in (out / f"{f}.svg").read_text()
     nb = json.loads((out / "kl_estimators.ipynb").read_text())
@@ -72,27 +79,54 @@ def test_kl_estimators_results(smoke):
     assert "done; 7 of 7 claims hold" in (out / "kl_estimators.log").read_text()
     assert not (out / "checkpoint.json").exists()
 
+
 def test_length_penalty_results(smoke):
     out = smoke[0] / "length_penalty" / "smoke"
     res = json.loads((out / "results.json").read_text())
-    assert res["status"] == "ok" and {c["id"] for c in res["claims"]} >= {"penalty_increasing_concave", "linear_starves_hard"}
+    assert res["status"] == "ok" and {c["id"] for c in res["claims"]} >= {
+        "penalty_increasing_concave",
+        "linear_starves_hard",
+    }
     assert all(c["holds"] for c in res["claims"]), res["claims"]
-    assert any(c["linear"] for c in res["metrics"]["curves"]) and len(res["metrics"]["tasks"]) == res["params"]["n_tasks"]
+    assert (
+        any(c["linear"] for c in res["metrics"]["curves"]) and len(res["metrics"]["tasks"]) == res["params"]["n_tasks"]
+    )
     assert {"fig_curves.png", "fig_curves.svg", "fig_example.png", "fig_example.svg"} <= {p.name for p in out.iterdir()}
+
 
 def test_c2bench_results(smoke):
     out = smoke[0] / "c2bench" / "smoke"
     res = json.loads((out / "results.json").read_text())
     assert res["status"] == "ok" and all(c["holds"] for c in res["claims"]), res["claims"]
-    assert {c["id"] for c in res["claims"]} >= {"c2bench_size", "prompts_terse", "fixes_small", "revalidated", "regenerates"}
+    assert {c["id"] for c in res["claims"]} >= {
+        "c2bench_size",
+        "prompts_terse",
+        "fixes_small",
+        "revalidated",
+        "regenerates",
+    }
     m = res["metrics"]
-    assert m["revalidation"]["n"] == res["params"]["n_revalidate"] == m["revalidation"]["ok"] and m["rebuild"]["identical"]
-    assert {"fig_stats.png", "fig_stats.svg", "fig_outcomes.png", "fig_outcomes.svg", "fig_v2.png"} <= {p.name for p in out.iterdir()}
+    assert (
+        m["revalidation"]["n"] == res["params"]["n_revalidate"] == m["revalidation"]["ok"] and m["rebuild"]["identical"]
+    )
+    assert {"fig_stats.png", "fig_stats.svg", "fig_outcomes.png", "fig_outcomes.svg", "fig_v2.png"} <= {
+        p.name for p in out.iterdir()
+    }
     # v2: the oracle solved and the random policy failed the sampled tasks through the real tools, judge and sandbox
     v2 = m["v2"]
-    assert {"v2_changes_large", "v2_multi_file", "v2_oracle_solves", "v2_random_fails", "v2_regenerates"} <= {c["id"] for c in res["claims"]}
-    assert v2["revalidation"]["n"] == res["params"]["n_revalidate_v2"] == v2["revalidation"]["ok"] and v2["rebuild"]["identical"]
-    assert len(v2["policies"]["tasks"]) == res["params"]["n_policy_v2"] and v2["policies"]["oracle"] == 1 and v2["stats"]["lines_changed"]["median"] >= 30
+    assert {"v2_changes_large", "v2_multi_file", "v2_oracle_solves", "v2_random_fails", "v2_regenerates"} <= {
+        c["id"] for c in res["claims"]
+    }
+    assert (
+        v2["revalidation"]["n"] == res["params"]["n_revalidate_v2"] == v2["revalidation"]["ok"]
+        and v2["rebuild"]["identical"]
+    )
+    assert (
+        len(v2["policies"]["tasks"]) == res["params"]["n_policy_v2"]
+        and v2["policies"]["oracle"] == 1
+        and v2["stats"]["lines_changed"]["median"] >= 30
+    )
+
 
 BROWSER_PROBE = """<!doctype html><html><body><iframe id="f" src="index.html" style="width:1200px;height:900px"></iframe>
 <pre id="out">pending</pre><script>
@@ -105,38 +139,62 @@ document.getElementById("f").addEventListener("load", () => {
 });
 </script></body></html>"""
 
+
 def test_index(smoke):
     "The results page: a summary per run, then one section per run with the report's finding, its figures once, its claims."
     root = smoke[0]
     md, page = (root / "index.md").read_text(), (root / "index.html").read_text()
     results = [json.loads(p.read_text()) for p in sorted(root.glob("*/*/results.json"))]
-    assert len(results) == len(STUDIES) and all(r["status"] == "ok" for r in results)   # one run per registered study
-    for res in results:   # the summary row counts the claims that hold as results.json records them
+    assert len(results) == len(STUDIES) and all(r["status"] == "ok" for r in results)  # one run per registered study
+    for res in results:  # the summary row counts the claims that hold as results.json records them
         n, n_hold = len(res["claims"]), sum(c["holds"] for c in res["claims"])
         assert f"| [{res['study']}](#{res['study']}-smoke) |" in md and f"| smoke | {n_hold} of {n} |" in md
         for c in res["claims"]:
-            assert re.search(rf"\| \*\*{c['id']}\*\*: .* \| {'holds' if c['holds'] else 'does not hold'} \|", md), c["id"]
+            assert re.search(rf"\| \*\*{c['id']}\*\*: .* \| {'holds' if c['holds'] else 'does not hold'} \|", md), c[
+                "id"
+            ]
         for f in res["figures"]:
-            if f.endswith(".png"): assert md.count(f'<img src="{res["study"]}/smoke/{f}"') == 1   # each figure once
+            if f.endswith(".png"):
+                assert md.count(f'<img src="{res["study"]}/smoke/{f}"') == 1  # each figure once
     n_claims, n_hold = sum(len(r["claims"]) for r in results), sum(c["holds"] for r in results for c in r["claims"])
     assert page.count('<tr class="holds">') == n_hold and page.count('<tr class="nothold">') == n_claims - n_hold >= 0
-    assert page.count("<section ") == len(STUDIES) and "(Figure 4)" in md and "**The report (Figure 5):** During RL" in md
+    assert (
+        page.count("<section ") == len(STUDIES) and "(Figure 4)" in md and "**The report (Figure 5):** During RL" in md
+    )
+
 
 def test_index_in_a_real_browser(smoke):
     "index.html in headless Chromium: every image loads and the page logs no console message."
     import shutil, subprocess
+
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not browser: pytest.skip("Chromium is not installed (make setup installs Debian's chromium as root)")
+    if not browser:
+        pytest.skip("Chromium is not installed (make setup installs Debian's chromium as root)")
     root = smoke[0]
     (root / "probe.html").write_text(BROWSER_PROBE)
-    r = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
-                        "--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000", "--dump-dom",
-                        (root / "probe.html").as_uri()], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--allow-file-access-from-files",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=15000",
+            "--dump-dom",
+            (root / "probe.html").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = json.loads(re.search(r'<pre id="out">(.*?)</pre>', r.stdout).group(1))
     n_png = sum(f.endswith(".png") for p in root.glob("*/*/results.json") for f in json.loads(p.read_text())["figures"])
-    n_runs = len(list(root.glob("*/*/results.json")))   # one section per study run
+    n_runs = len(list(root.glob("*/*/results.json")))  # one section per study run
     assert out == {"images": n_png, "sections": n_runs, "broken": []} and n_png >= n_runs == len(STUDIES), out
     assert not [l for l in r.stderr.splitlines() if "CONSOLE" in l], r.stderr[-2000:]
+
 
 def test_best_of_k_results(smoke):
     "The pipeline runs end to end at smoke scale: SFT checkpoint, RL steps, evaluations with best-of-K for K = 1..eval_k."
@@ -144,43 +202,79 @@ def test_best_of_k_results(smoke):
     res = json.loads((out / "results.json").read_text())
     assert res["status"] == "ok", res
     m = res["metrics"]
-    c = load_config(res["params"]["base_scale"], overrides=res["params"]["config"])   # what the study's runs were given
-    assert set(m["stages"]) == {"base", "cpt-small", "mtp", "long", "sft"} and m["stages"]["sft"]["steps"] == c.pretrain.sft_steps
-    assert m["runs"] == ["rl", "rl_replicate", "shuffle"] and m["ks"] == [1, 2]      # the real run, its replicate, the reward-shuffle control
-    assert set(m["sft_copying"]) == {"first", "repeat", "uniform"}   # in-context copying of the policy RL starts from
+    c = load_config(res["params"]["base_scale"], overrides=res["params"]["config"])  # what the study's runs were given
+    assert (
+        set(m["stages"]) == {"base", "cpt-small", "mtp", "long", "sft"}
+        and m["stages"]["sft"]["steps"] == c.pretrain.sft_steps
+    )
+    assert m["runs"] == ["rl", "rl_replicate", "shuffle"] and m["ks"] == [
+        1,
+        2,
+    ]  # the real run, its replicate, the reward-shuffle control
+    assert set(m["sft_copying"]) == {"first", "repeat", "uniform"}  # in-context copying of the policy RL starts from
     for run in m["runs"]:
         assert len(m["steps"][run]) == m["rl"][run]["steps"] == c.rl.steps
         assert [int(e["step"]) for e in m["evals"][run]] == list(range(0, c.rl.steps + 1, c.rl.eval_every))
-        for e in m["evals"][run]:   # best-of-K never falls as K grows, and best-of-1 is pass@1
-            assert e["best_of_1"] == e["pass_at_1"] and 0 <= e["best_of_1"] <= e["best_of_2"] <= 1 and e["n_tasks"] == c.tasks.n_eval
-        for d in m["deltas"][run].values(): assert d["lo"] <= d["mean"] <= d["hi"] and d["n"] == c.tasks.n_eval
+        for e in m["evals"][run]:  # best-of-K never falls as K grows, and best-of-1 is pass@1
+            assert (
+                e["best_of_1"] == e["pass_at_1"]
+                and 0 <= e["best_of_1"] <= e["best_of_2"] <= 1
+                and e["n_tasks"] == c.tasks.n_eval
+            )
+        for d in m["deltas"][run].values():
+            assert d["lo"] <= d["mean"] <= d["hi"] and d["n"] == c.tasks.n_eval
         assert m["trend"][run]["lo"] <= m["trend"][run]["slope"] <= m["trend"][run]["hi"]
-    assert m["evals"]["shuffle"][0] == m["evals"]["rl"][0] == m["evals"]["rl_replicate"][0]   # one step-0 evaluation (same weights, same streams)
-    assert {c["id"] for c in res["claims"]} == {"sft_keeps_base", "sft_solves_some", "pass1_rises", "best_of_k_rises",
-                                                "train_reward_rises", "pass1_rises_each_run", "control_flat", "malformed_calls_fall", "train_reward_beats_control",
-                                                "train_reward_rises_vs_sft", "eval_precise"}
+    assert (
+        m["evals"]["shuffle"][0] == m["evals"]["rl"][0] == m["evals"]["rl_replicate"][0]
+    )  # one step-0 evaluation (same weights, same streams)
+    assert {c["id"] for c in res["claims"]} == {
+        "sft_keeps_base",
+        "sft_solves_some",
+        "pass1_rises",
+        "best_of_k_rises",
+        "train_reward_rises",
+        "pass1_rises_each_run",
+        "control_flat",
+        "malformed_calls_fall",
+        "train_reward_beats_control",
+        "train_reward_rises_vs_sft",
+        "eval_precise",
+    }
     # the recipe's claims rest on the real runs together: per task their mean after RL against the shared step-0 rates
     assert m["real_runs"] == ["rl", "rl_replicate"] and [int(k) for k in m["pooled"]] == m["ks"]
     for k, d in m["pooled"].items():
         assert d["lo"] <= d["mean"] <= d["hi"] and d["n"] == c.tasks.n_eval
         assert abs(d["mean"] - (m["deltas"]["rl"][k]["mean"] + m["deltas"]["rl_replicate"][k]["mean"]) / 2) < 1e-9
-    for key in ("pooled_trend", "pooled_vs_sft"): assert m[key]["lo"] <= m[key]["slope"] <= m[key]["hi"]
-    assert next(c_ for c_ in res["claims"] if c_["id"] == "best_of_k_rises")["measured"] == min(d["mean"] for d in m["pooled"].values())
-    for run in m["runs"]: assert m["malformed_trend"][run]["lo"] <= m["malformed_trend"][run]["slope"] <= m["malformed_trend"][run]["hi"]
-    pt = m["paired_trend"]   # real minus control per prompt: every prompt both runs trained, each at the step the real run took it
+    for key in ("pooled_trend", "pooled_vs_sft"):
+        assert m[key]["lo"] <= m[key]["slope"] <= m[key]["hi"]
+    assert next(c_ for c_ in res["claims"] if c_["id"] == "best_of_k_rises")["measured"] == min(
+        d["mean"] for d in m["pooled"].values()
+    )
+    for run in m["runs"]:
+        assert m["malformed_trend"][run]["lo"] <= m["malformed_trend"][run]["slope"] <= m["malformed_trend"][run]["hi"]
+    pt = m[
+        "paired_trend"
+    ]  # real minus control per prompt: every prompt both runs trained, each at the step the real run took it
     assert pt["prompts"] == len(pt["points"]) >= 3 and pt["lo"] <= pt["slope"] <= pt["hi"]
     assert {int(s) for s, _ in pt["points"]} <= set(range(c.rl.steps))
     # the control samples each prompt from the real run's streams: what both sampled from the initial weights is the same
     # (one group may differ by float rounding: the two runs batch different rows together; at cpu scale 15 of 16 matched)
-    assert pt["first_groups"]["n"] >= c.rl.prompts_per_step and pt["first_groups"]["identical"] >= pt["first_groups"]["n"] - 1
+    assert (
+        pt["first_groups"]["n"] >= c.rl.prompts_per_step
+        and pt["first_groups"]["identical"] >= pt["first_groups"]["n"] - 1
+    )
     # each run against the SFT policy's own group on every prompt it trained, sampled from the same streams: what a run
     # sampled from the initial weights (its first step, before any update) is the SFT group again, a difference of 0
     for run in m["runs"]:
         vs = m["vs_sft_trend"][run]
-        assert vs["prompts"] == len(vs["points"]) == c.rl.steps * c.rl.prompts_per_step and vs["lo"] <= vs["slope"] <= vs["hi"]
+        assert (
+            vs["prompts"] == len(vs["points"]) == c.rl.steps * c.rl.prompts_per_step
+            and vs["lo"] <= vs["slope"] <= vs["hi"]
+        )
         first = [d for s, d in vs["points"] if s == 0]
         assert len(first) == c.rl.prompts_per_step and sum(d == 0 for d in first) >= len(first) - 1, first
     assert (out / "best_of_k.png").stat().st_size > 10_000
+
 
 def test_rl_systems_results(smoke):
     """Async vs sync RL at smoke scale: the staleness bound, on-policy sync, exact fp32 on-policy log-probs and the smaller
@@ -189,28 +283,54 @@ def test_rl_systems_results(smoke):
     res = json.loads((out / "results.json").read_text())
     claims = {c["id"]: c for c in res["claims"]}
     assert res["status"] == "ok" and {"async_less_time_per_step", "async_more_rollout_tokens"} <= claims.keys()
-    assert all(claims[c]["holds"] for c in ["staleness_bounded", "sync_on_policy", "delta_smaller", "fp32_onpolicy_exact"]), res["claims"]
+    assert all(
+        claims[c]["holds"] for c in ["staleness_bounded", "sync_on_policy", "delta_smaller", "fp32_onpolicy_exact"]
+    ), res["claims"]
     runs = res["metrics"]["runs"]
-    assert set(runs) == {"async", "sync", "async_bf16"}   # smoke.yaml leaves out the fallback run
+    assert set(runs) == {"async", "sync", "async_bf16"}  # smoke.yaml leaves out the fallback run
     # a bf16 sampler opens a numerics gap to the fp32 trainer that fp32 sampling does not have
     assert runs["async_bf16"]["mismatch_replay_onpolicy_mean"] > 100 * runs["async"]["mismatch_replay_onpolicy_mean"]
     assert {"rl_systems.png", "rl_mismatch.png"} <= {q.name for q in out.iterdir()}
 
+
 def test_param_override_and_own_out_dir(tmp_path, smoke):
     out = tmp_path / "lp"
-    r = c2("study", "run", "length_penalty", "--scale", "smoke", "--out", str(out), "-p", "lam=0.003", "-p", "n_tasks=9", env=smoke[1])
+    r = c2(
+        "study",
+        "run",
+        "length_penalty",
+        "--scale",
+        "smoke",
+        "--out",
+        str(out),
+        "-p",
+        "lam=0.003",
+        "-p",
+        "n_tasks=9",
+        env=smoke[1],
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads((out / "results.json").read_text())
     assert res["params"]["lam"] == 0.003 and len(res["metrics"]["tasks"]) == 9
-    assert "length_penalty (smoke): started" in r.stdout and "no earlier run here" in r.stdout and f"log: {out}/length_penalty.log" in r.stdout
-    assert not (tmp_path / "index.md").exists()      # an --out outside the results root leaves the index alone
+    assert (
+        "length_penalty (smoke): started" in r.stdout
+        and "no earlier run here" in r.stdout
+        and f"log: {out}/length_penalty.log" in r.stdout
+    )
+    assert not (tmp_path / "index.md").exists()  # an --out outside the results root leaves the index alone
     # a rerun says what the last one took, and what it would have taken without the training it found in the run cache
     (out / "results.json").write_text(json.dumps({**res, "wall_time_s": 60.0, "scratch_s": 1500.0}))
     r = c2("study", "run", "length_penalty", "--scale", "smoke", "--out", str(out), "-p", "n_tasks=9", env=smoke[1])
-    assert r.returncode == 0 and "the last run here took 1 min (25 min counting the training it reused from the run cache)" in r.stdout, r.stdout
+    assert (
+        r.returncode == 0
+        and "the last run here took 1 min (25 min counting the training it reused from the run cache)" in r.stdout
+    ), r.stdout
     # that dir now belongs to length_penalty
-    one_line_error(c2("study", "run", "kl_estimators", "--scale", "smoke", "--out", str(out)),
-                   f"output dir {out} holds results of study 'length_penalty'")
+    one_line_error(
+        c2("study", "run", "kl_estimators", "--scale", "smoke", "--out", str(out)),
+        f"output dir {out} holds results of study 'length_penalty'",
+    )
+
 
 def test_failed_notebook_is_marked_failed(tmp_path):
     env = {"C2_RESULTS": str(tmp_path / "results")}
@@ -220,45 +340,104 @@ def test_failed_notebook_is_marked_failed(tmp_path):
     res = json.loads((out / "results.json").read_text())
     assert res["status"] == "failed" and res["claims"] == [] and "n_tasks=1" in res["error"]
     assert "n_tasks=1: the example needs at least 3 tasks" in (out / "length_penalty.log").read_text()
-    nb = json.loads((out / "length_penalty.ipynb").read_text())      # the partial executed notebook
+    nb = json.loads((out / "length_penalty.ipynb").read_text())  # the partial executed notebook
     assert any(o.get("output_type") == "error" for c in nb["cells"] for o in c.get("outputs", []))
     md = (tmp_path / "results" / "index.md").read_text()
     assert "| [length_penalty](#length_penalty-smoke) | Figure 6 | smoke | FAILED |" in md and "**FAILED**: " in md
-    assert "| holds |" not in md and "| does not hold |" not in md   # a failed run shows no claims
+    assert "| holds |" not in md and "| does not hold |" not in md  # a failed run shows no claims
 
-@pytest.mark.parametrize("argv,fragments", [
-    (["study", "run", "nope"], ["unknown study 'nope'", "kl_estimators, length_penalty"]),
-    (["study", "run", "kl_estimators", "--scale", "huge"], ["unknown scale 'huge' for study kl_estimators", "smoke, cpu, gpu"]),
-    (["study", "run", "kl_estimators", "--scale", "smoke", "-p", "bogus=1"], ["unknown parameter 'bogus'", "n_samples"]),
-    (["study", "run", "kl_estimators", "--scale", "smoke", "-p", "n_points=many"], ["parameter n_points", "must be an integer", "'many'"]),
-    (["study", "run", "length_penalty", "--scale", "smoke", "-p", "k_values=0.1"], ["parameter k_values", "must be a list"]),
-    (["study", "submit", "length_penalty", "--scale", "smoke", "--sweep", "lam=small,0.1"], ["parameter lam", "must be a number"]),
-    (["study", "submit", "length_penalty", "--scale", "smoke", "--sweep", "nope=1,2"], ["unknown parameter 'nope'"]),
-    (["study", "run", "rl_systems", "--scale", "smoke", "-p", "rl.no_such_key=1"], ["unknown key rl.no_such_key"]),
-    (["study", "submit", "best_of_k", "--scale", "smoke", "--sweep", "rl.lr=fast,0.1"], ["rl.lr", "is not a number"]),
-    (["study", "run", "kl_estimators", "--scale", "smoke", "-p", "rl.lr=0.1"], ["study kl_estimators takes no config overrides"]),
-    (["study", "submit", "length_penalty", "--scale", "smoke", "--executor", "cloud"], ["unknown executor 'cloud'"]),
-    (["reproduce", "--scale", "huge"], ["unknown scale 'huge'"]),
-])
+
+@pytest.mark.parametrize(
+    "argv,fragments",
+    [
+        (["study", "run", "nope"], ["unknown study 'nope'", "kl_estimators, length_penalty"]),
+        (
+            ["study", "run", "kl_estimators", "--scale", "huge"],
+            ["unknown scale 'huge' for study kl_estimators", "smoke, cpu, gpu"],
+        ),
+        (
+            ["study", "run", "kl_estimators", "--scale", "smoke", "-p", "bogus=1"],
+            ["unknown parameter 'bogus'", "n_samples"],
+        ),
+        (
+            ["study", "run", "kl_estimators", "--scale", "smoke", "-p", "n_points=many"],
+            ["parameter n_points", "must be an integer", "'many'"],
+        ),
+        (
+            ["study", "run", "length_penalty", "--scale", "smoke", "-p", "k_values=0.1"],
+            ["parameter k_values", "must be a list"],
+        ),
+        (
+            ["study", "submit", "length_penalty", "--scale", "smoke", "--sweep", "lam=small,0.1"],
+            ["parameter lam", "must be a number"],
+        ),
+        (
+            ["study", "submit", "length_penalty", "--scale", "smoke", "--sweep", "nope=1,2"],
+            ["unknown parameter 'nope'"],
+        ),
+        (["study", "run", "rl_systems", "--scale", "smoke", "-p", "rl.no_such_key=1"], ["unknown key rl.no_such_key"]),
+        (
+            ["study", "submit", "best_of_k", "--scale", "smoke", "--sweep", "rl.lr=fast,0.1"],
+            ["rl.lr", "is not a number"],
+        ),
+        (
+            ["study", "run", "kl_estimators", "--scale", "smoke", "-p", "rl.lr=0.1"],
+            ["study kl_estimators takes no config overrides"],
+        ),
+        (
+            ["study", "submit", "length_penalty", "--scale", "smoke", "--executor", "cloud"],
+            ["unknown executor 'cloud'"],
+        ),
+        (["reproduce", "--scale", "huge"], ["unknown scale 'huge'"]),
+    ],
+)
 def test_bad_input_is_one_line(argv, fragments, tmp_path):
     one_line_error(c2(*argv, env={"C2_RESULTS": str(tmp_path), "C2_JOBS": str(tmp_path / "jobs")}), *fragments)
+
 
 def test_slurm_without_a_controller_is_one_line(tmp_path):
     "A config naming a controller nobody runs, and a config that does not exist: one line each, before submitting."
     conf = tmp_path / "slurm.conf"
-    conf.write_text("ClusterName=nowhere\nSlurmctldHost=nowhere(127.0.0.1)\nSlurmctldPort=9\nAuthType=auth/none\n"
-                    "NodeName=nowhere CPUs=1\nPartitionName=p Nodes=nowhere Default=YES\n")
+    conf.write_text(
+        "ClusterName=nowhere\nSlurmctldHost=nowhere(127.0.0.1)\nSlurmctldPort=9\nAuthType=auth/none\n"
+        "NodeName=nowhere CPUs=1\nPartitionName=p Nodes=nowhere Default=YES\n"
+    )
     for c in [conf, tmp_path / "missing.conf"]:
-        r = c2("study", "submit", "kl_estimators", "--scale", "smoke", "--executor", "slurm", env={"SLURM_CONF": str(c), "C2_JOBS": str(tmp_path / "jobs")})
+        r = c2(
+            "study",
+            "submit",
+            "kl_estimators",
+            "--scale",
+            "smoke",
+            "--executor",
+            "slurm",
+            env={"SLURM_CONF": str(c), "C2_JOBS": str(tmp_path / "jobs")},
+        )
         one_line_error(r, "--executor slurm: ")
         assert re.search(r"no Slurm controller answers|no Slurm config at|Slurm is not installed", r.stderr), r.stderr
     assert not (tmp_path / "jobs" / "jobs.jsonl").exists()
-    one_line_error(c2("reproduce", "--scale", "smoke", "--executor", "slurm", env={"SLURM_CONF": str(conf)}), "--executor slurm: ")
+    one_line_error(
+        c2("reproduce", "--scale", "smoke", "--executor", "slurm", env={"SLURM_CONF": str(conf)}), "--executor slurm: "
+    )
+
 
 def test_submit_local_sweep_and_status(tmp_path):
     env = {"C2_RESULTS": str(tmp_path / "results"), "C2_JOBS": str(tmp_path / "jobs")}
-    r = c2("study", "submit", "length_penalty", "--scale", "smoke", "--executor", "local", "--sweep", "lam=0.002,0.004",
-           "--out", str(tmp_path / "sw"), "--wait", env=env)
+    r = c2(
+        "study",
+        "submit",
+        "length_penalty",
+        "--scale",
+        "smoke",
+        "--executor",
+        "local",
+        "--sweep",
+        "lam=0.002,0.004",
+        "--out",
+        str(tmp_path / "sw"),
+        "--wait",
+        env=env,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "submitted 2 local jobs" in r.stdout
     for lam in ["0.002", "0.004"]:
@@ -268,7 +447,11 @@ def test_submit_local_sweep_and_status(tmp_path):
     jobs = json.loads(s.stdout)
     assert [(j["executor"], j["state"]) for j in jobs] == [("local", "COMPLETED")] * 2
     table = c2("study", "status", env=env).stdout
-    assert table.splitlines()[0].split()[:5] == ["JOB", "STUDY", "SCALE", "EXECUTOR", "STATE"] and table.count("COMPLETED") == 2
+    assert (
+        table.splitlines()[0].split()[:5] == ["JOB", "STUDY", "SCALE", "EXECUTOR", "STATE"]
+        and table.count("COMPLETED") == 2
+    )
+
 
 def test_mxfp8_parity_results(smoke):
     "Both arms start from one init on the same batches (equal first-step loss), train the configured steps, and the claims hold."
@@ -277,9 +460,16 @@ def test_mxfp8_parity_results(smoke):
     m = res["metrics"]
     steps = load_config("smoke", overrides=res["params"]["config"]).train.steps
     assert set(m["losses"]) == {"loop", "mxfp8"} and all(len(l) == steps for l in m["losses"].values())
-    assert abs(m["losses"]["loop"][0] - m["losses"]["mxfp8"][0]) < 1e-2    # same init, same batch: only MXFP8 rounding differs
-    assert {c["id"]: c["holds"] for c in res["claims"]} == {"mxfp8_tracks_reference": True, "both_learn": True, "nvfp4_forward_close": True}
-    assert 64 <= len(m["nvfp4_err"]) <= res["params"]["n_eval_seqs"] * 64    # held-out windows of the smoke seq_len (64)
+    assert (
+        abs(m["losses"]["loop"][0] - m["losses"]["mxfp8"][0]) < 1e-2
+    )  # same init, same batch: only MXFP8 rounding differs
+    assert {c["id"]: c["holds"] for c in res["claims"]} == {
+        "mxfp8_tracks_reference": True,
+        "both_learn": True,
+        "nvfp4_forward_close": True,
+    }
+    assert 64 <= len(m["nvfp4_err"]) <= res["params"]["n_eval_seqs"] * 64  # held-out windows of the smoke seq_len (64)
+
 
 def test_mtp_speculation_results(smoke):
     """Both MTP arms come from one mid-cpt checkpoint (same trunk: same internal NLL), every prompt is measured for both
@@ -287,13 +477,19 @@ def test_mtp_speculation_results(smoke):
     res = json.loads((smoke[0] / "mtp_speculation" / "smoke" / "results.json").read_text())
     assert res["status"] == "ok", res
     m, p = res["metrics"], res["params"]
-    assert m["stages"]["mtp-distill"]["internal_nll"] == m["stages"]["mtp-hard"]["internal_nll"]   # the trunk is frozen
+    assert m["stages"]["mtp-distill"]["internal_nll"] == m["stages"]["mtp-hard"]["internal_nll"]  # the trunk is frozen
     assert len(m["per_prompt"]) == 2 * 2 * p["n_prompts"] and set(m["arms"]) == {"distill", "hard"}
     assert all(1 <= t <= 1 + load_config("smoke").model.mtp_depth for t in m["tokens_per_forward"].values())
     claims = {c["id"]: c for c in res["claims"]}
     assert claims["greedy_exact"]["holds"] and claims["greedy_exact"]["measured"] == 1.0
-    assert set(claims) == {"distill_accepts_more", "distill_more_tokens_per_forward", "greedy_exact", "sampling_keeps_distribution",
-                           "speculation_faster"}
+    assert set(claims) == {
+        "distill_accepts_more",
+        "distill_more_tokens_per_forward",
+        "greedy_exact",
+        "sampling_keeps_distribution",
+        "speculation_faster",
+    }
+
 
 def test_grpo_variants_results(smoke):
     """The study shares best_of_k's runs: its Dr. GRPO arm and control are best_of_k's (the same evaluations), every arm
@@ -303,12 +499,20 @@ def test_grpo_variants_results(smoke):
     assert res["status"] == "ok", res
     m = res["metrics"]
     assert m["runs"] == ["rl", "std_norm", "length_norm", "overlong_mask", "rl_replicate", "shuffle"]
-    assert m["evals"]["rl"] == bk["evals"]["rl"] and m["evals"]["shuffle"] == bk["evals"]["shuffle"]   # trained once, for both
-    assert all(m["evals"][n][0] == m["evals"]["rl"][0] for n in m["runs"])                             # one starting policy
+    assert (
+        m["evals"]["rl"] == bk["evals"]["rl"] and m["evals"]["shuffle"] == bk["evals"]["shuffle"]
+    )  # trained once, for both
+    assert all(m["evals"][n][0] == m["evals"]["rl"][0] for n in m["runs"])  # one starting policy
     steps = load_config("smoke", overrides=res["params"]["config"]).rl.steps
     assert all(len(m["adv_share_per_step"][n]) == steps and 0 <= m["adv_share"][n] <= 1 for n in m["runs"])
-    assert {c["id"] for c in res["claims"]} == {"std_norm_weights_equals", "length_norm_lengthens_failures", "dr_grpo_not_below",
-                                                "dr_grpo_learns", "dr_grpo_beats_control"}
+    assert {c["id"] for c in res["claims"]} == {
+        "std_norm_weights_equals",
+        "length_norm_lengthens_failures",
+        "dr_grpo_not_below",
+        "dr_grpo_learns",
+        "dr_grpo_beats_control",
+    }
+
 
 def test_self_summary_results(smoke):
     """Three arms from one SFT checkpoint on the long-horizon suite, each evaluated before and after on the same held-out
@@ -319,12 +523,24 @@ def test_self_summary_results(smoke):
     m = res["metrics"]
     assert m["arms"] == ["self", "prompt", "truncate"] and all(len(m["evals"][a]) == 2 for a in m["arms"])
     n = m["n_eval_tasks"]
-    assert all(len(m["per_task_last"][a]) == n and all(r["tokens"] > 0 and 1 <= r["level"] <= 3 for r in m["per_task_last"][a]) for a in m["arms"])
-    assert {c["id"] for c in res["claims"]} == {"self_beats_prompt", "self_beats_truncate", "self_fewer_tokens",
-                                                "summaries_rise_with_difficulty", "rl_trains_summaries", "sft_copies",
-                                                "episodes_overflow"}
+    assert all(
+        len(m["per_task_last"][a]) == n and all(r["tokens"] > 0 and 1 <= r["level"] <= 3 for r in m["per_task_last"][a])
+        for a in m["arms"]
+    )
+    assert {c["id"] for c in res["claims"]} == {
+        "self_beats_prompt",
+        "self_beats_truncate",
+        "self_fewer_tokens",
+        "summaries_rise_with_difficulty",
+        "rl_trains_summaries",
+        "sft_copies",
+        "episodes_overflow",
+    }
     # in-context copying of the base and SFT checkpoints: an untrained-scale model does not copy (repeat ~ first ~ ln V)
-    assert set(m["copying"]) == {"base", "sft"} and all(abs(c["repeat"] - c["first"]) < 0.5 for c in m["copying"].values())
+    assert set(m["copying"]) == {"base", "sft"} and all(
+        abs(c["repeat"] - c["first"]) < 0.5 for c in m["copying"].values()
+    )
+
 
 def test_cpt_to_rl_results(smoke):
     """Three cpt levels through the same SFT and identical RL runs; the `small` level is best_of_k's pipeline (shared: the
@@ -337,4 +553,6 @@ def test_cpt_to_rl_results(smoke):
     assert len(m["points"]) == len(m["levels"]) * len(m["seeds"]) and m["levels"] == ["small", "medium", "large"]
     assert {c["id"]: c["holds"] for c in res["claims"]}["sft_loss_ordered"] is True
     # the fit is within seeds (each seed's prompts the same at every level), the pooled one kept beside it
-    assert m["spearman"]["within"] == "seeds" and 0 < m["spearman"]["p"] <= 1 and set(m["pooled"]) == {"fit", "spearman"}
+    assert (
+        m["spearman"]["within"] == "seeds" and 0 < m["spearman"]["p"] <= 1 and set(m["pooled"]) == {"fit", "spearman"}
+    )

@@ -14,8 +14,20 @@ from ..data.corpus import stdlib_dir
 __all__ = ['SKIP_PARTS', 'doc_sources', 'DocEntry', 'doc_entries', 'doc_words', 'DocsIndex', 'docs_index', 'docs_search']
 
 # %% ../../nbs/62_docs_index.ipynb #docs-src
-SKIP_PARTS = {"test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip", "pydoc_data", "site-packages",
-              "dist-packages", "__pycache__"}   # test suites, GUIs and vendored installers: no API a task needs
+SKIP_PARTS = {
+    "test",
+    "tests",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "lib2to3",
+    "ensurepip",
+    "pydoc_data",
+    "site-packages",
+    "dist-packages",
+    "__pycache__",
+}  # test suites, GUIs and vendored installers: no API a task needs
+
 
 def doc_sources(root: Path | str | None = None) -> list[tuple[str, Path]]:
     "(module name, file) for every documented-API source file under `root` (the standard library), sorted."
@@ -23,16 +35,20 @@ def doc_sources(root: Path | str | None = None) -> list[tuple[str, Path]]:
     out = []
     for p in sorted(root.rglob("*.py")):
         rel = p.relative_to(root)
-        if SKIP_PARTS & set(rel.parts) or any(s.startswith(".") for s in rel.parts): continue
+        if SKIP_PARTS & set(rel.parts) or any(s.startswith(".") for s in rel.parts):
+            continue
         parts = list(rel.with_suffix("").parts)
-        if parts[-1] == "__init__": parts = parts[:-1]
-        if parts and all(s.isidentifier() for s in parts): out.append((".".join(parts), p))
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts and all(s.isidentifier() for s in parts):
+            out.append((".".join(parts), p))
     return out
 
 # %% ../../nbs/62_docs_index.ipynb #docs-ent
 @dataclass(frozen=True)
 class DocEntry:
     "One public API: `module.qualname`, its signature, where it is defined, and its docstring's first paragraph (or '')."
+
     name: str
     signature: str
     path: str
@@ -42,45 +58,71 @@ class DocEntry:
     def __str__(self):
         return f"{self.name}{self.signature}  [{self.path}:{self.line}]\n    {self.doc or '(no docstring)'}"
 
+
 def _first_paragraph(doc: str, limit: int = 300) -> str:
     para = " ".join(doc.strip().split("\n\n")[0].split())
     return para if len(para) <= limit else para[: limit - 3].rstrip() + "..."
 
+
 def _signature(node) -> str:
-    if isinstance(node, ast.ClassDef): return ""
+    if isinstance(node, ast.ClassDef):
+        return ""
     args = ast.unparse(node.args)
     return f"({args})" if len(args) <= 80 else f"({args[:77]}...)"
+
 
 def doc_entries(module: str, path: Path, rel_to: Path | None = None) -> list[DocEntry]:
     """The module (when it has a docstring), its public top-level functions and classes and their public methods,
     documented or not (a name and a signature say much), parsed from `path`, not imported; a file that does not parse
     gives none."""
-    try: tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (SyntaxError, UnicodeDecodeError, ValueError, OSError): return []
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
+        return []
     shown = str(path.relative_to(rel_to)) if rel_to else str(path)
     out = []
-    if doc := ast.get_docstring(tree): out.append(DocEntry(module, "", shown, 1, _first_paragraph(doc)))
+    if doc := ast.get_docstring(tree):
+        out.append(DocEntry(module, "", shown, 1, _first_paragraph(doc)))
     defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
     for node in tree.body:
-        if not isinstance(node, defs) or node.name.startswith("_"): continue
-        out.append(DocEntry(f"{module}.{node.name}", _signature(node), shown, node.lineno, _first_paragraph(ast.get_docstring(node) or "")))
+        if not isinstance(node, defs) or node.name.startswith("_"):
+            continue
+        out.append(
+            DocEntry(
+                f"{module}.{node.name}",
+                _signature(node),
+                shown,
+                node.lineno,
+                _first_paragraph(ast.get_docstring(node) or ""),
+            )
+        )
         if isinstance(node, ast.ClassDef):
             for sub in node.body:
                 if isinstance(sub, defs[:2]) and not sub.name.startswith("_"):
-                    out.append(DocEntry(f"{module}.{node.name}.{sub.name}", _signature(sub), shown, sub.lineno,
-                                        _first_paragraph(ast.get_docstring(sub) or "")))
+                    out.append(
+                        DocEntry(
+                            f"{module}.{node.name}.{sub.name}",
+                            _signature(sub),
+                            shown,
+                            sub.lineno,
+                            _first_paragraph(ast.get_docstring(sub) or ""),
+                        )
+                    )
     return out
 
 # %% ../../nbs/62_docs_index.ipynb #docs-idx
 _WORD = re.compile(r"[a-z][a-z0-9]*")
+
 
 def doc_words(text: str) -> list[str]:
     "Lower-case words of `text`, with identifiers split at underscores, dots and camelCase."
     text = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text)
     return _WORD.findall(text.lower().replace("_", " "))
 
+
 class DocsIndex:
     "BM25 (k1 1.2, b 0.75) over `entries`: the words of each qualified name counted twice, its signature's and its docstring's."
+
     def __init__(self, entries: list[DocEntry], k1: float = 1.2, b: float = 0.75):
         self.entries, self.k1, self.b = entries, k1, b
         self.tf = [Counter(doc_words(e.name) * 2 + doc_words(e.signature) + doc_words(e.doc)) for e in entries]
@@ -91,16 +133,19 @@ class DocsIndex:
         self.idf = {w: math.log(1 + (n - d + 0.5) / (d + 0.5)) for w, d in df.items()}
         self.postings: dict[str, list[int]] = {}
         for i, c in enumerate(self.tf):
-            for w in c: self.postings.setdefault(w, []).append(i)
+            for w in c:
+                self.postings.setdefault(w, []).append(i)
 
     def search(self, query: str, k: int = 5, skip: frozenset[str] = frozenset()) -> list[DocEntry]:
         "The `k` best entries for `query` (none when no word of it is indexed), but none defined in a `skip` path."
         scores: Counter = Counter()
         for w in set(doc_words(query)):
             idf = self.idf.get(w)
-            if idf is None: continue
+            if idf is None:
+                continue
             for i in self.postings[w]:
-                if self.entries[i].path in skip: continue
+                if self.entries[i].path in skip:
+                    continue
                 f = self.tf[i][w]
                 scores[i] += idf * f * (self.k1 + 1) / (f + self.k1 * (1 - self.b + self.b * self.len[i] / self.avg))
         return [self.entries[i] for i, _ in scores.most_common(k)]
@@ -108,6 +153,7 @@ class DocsIndex:
 # %% ../../nbs/62_docs_index.ipynb #docs-glob
 _INDEX: dict = {}
 _INDEX_LOCK = threading.Lock()
+
 
 def docs_index() -> DocsIndex:
     "The standard library's docs index, built on first use (a few seconds) and shared by this process."
@@ -119,6 +165,7 @@ def docs_index() -> DocsIndex:
             _INDEX["stdlib"] = DocsIndex(entries)
             _INDEX["seconds"] = time.time() - t0
         return _INDEX["stdlib"]
+
 
 def docs_search(query: str, k: int = 5, hidden=()) -> str:
     """What the `docs_search` tool returns: the `k` best cited snippets for `query`, or a line saying there are none.

@@ -28,17 +28,24 @@ _log = logging.getLogger(__name__)
 __all__ = ['read_workspace', 'Episode', 'run_episode', 'run_episodes', 'oracle_transcripts']
 
 # %% ../../nbs/66_episode.ipynb #19c005
-def read_workspace(workspace: Path | str, max_bytes: int = MAX_FILE_BYTES, max_total: int = 8 << 20, max_files: int = 2000) -> dict[str, str]:
+def read_workspace(
+    workspace: Path | str, max_bytes: int = MAX_FILE_BYTES, max_total: int = 8 << 20, max_files: int = 2000
+) -> dict[str, str]:
     """{relative path: text} of the regular UTF-8 files under `workspace` (caches skipped), read through `read_beneath`
     (no link followed, no FIFO opened); files over `max_bytes` are left out, and reading stops after `max_total` bytes or
     `max_files` files: what a command leaves cannot make the host read more. Odd names come back `printable`."""
     out, budget = {}, max_total
     for rel in list_beneath(workspace, ".", max_bytes=max_bytes, max_files=max_files, hidden=True):
-        if budget <= 0: break
-        try: data = read_bytes_beneath(workspace, rel, min(max_bytes, budget))
-        except (C2Error, OSError): continue
-        try: out[printable(rel)] = data.decode("utf-8")
-        except UnicodeDecodeError: continue
+        if budget <= 0:
+            break
+        try:
+            data = read_bytes_beneath(workspace, rel, min(max_bytes, budget))
+        except (C2Error, OSError):
+            continue
+        try:
+            out[printable(rel)] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
         budget -= len(data)
     return out
 
@@ -46,23 +53,24 @@ def read_workspace(workspace: Path | str, max_bytes: int = MAX_FILE_BYTES, max_t
 @dataclass
 class Episode:
     "One agent episode: what happened, the judge's verdict, the effort and the reward terms."
+
     task: Task
     transcript: Transcript
     toolbox: Toolbox
     solved: bool
     turns: int
-    stop_reason: str                  # finish | no_calls | max_turns | timeout (the episode's wall-clock budget ran out)
-                                      # | error (the host failed at what the policy did: test_output says how)
-    turn_texts: list[str]             # each assistant turn as the policy wrote it
-    context_tokens: list[int]         # prompt tokens before each turn (with a tokenizer; else estimates)
+    stop_reason: str  # finish | no_calls | max_turns | timeout (the episode's wall-clock budget ran out)
+    # | error (the host failed at what the policy did: test_output says how)
+    turn_texts: list[str]  # each assistant turn as the policy wrote it
+    context_tokens: list[int]  # prompt tokens before each turn (with a tokenizer; else estimates)
     effort: Effort
     reward: RewardBreakdown
-    changed_files: list[str]          # workspace paths that differ from task.files at the end
-    diff: str                         # unified diff task.files -> final workspace
+    changed_files: list[str]  # workspace paths that differ from task.files at the end
+    diff: str  # unified diff task.files -> final workspace
     lines_changed: int
-    test_output: str                  # the tail of the test run, then the judge's reason
+    test_output: str  # the tail of the test run, then the judge's reason
     wall_s: float
-    verdict: Verdict | None = None    # the judge's decision (None when the budget ran out before judging, or on error)
+    verdict: Verdict | None = None  # the judge's decision (None when the budget ran out before judging, or on error)
 
     def render(self, data) -> tuple[list[int], list[int]]:
         "The token ids and loss mask of the transcript (the model's own tokens have mask 1)."
@@ -70,22 +78,36 @@ class Episode:
 
     def summary(self) -> dict:
         "Loggable numbers of the episode."
-        return dict(task=self.task.id, solved=self.solved, turns=self.turns, stop=self.stop_reason, calls=self.toolbox.n_calls,
-                    malformed=self.toolbox.n_malformed, failed=self.toolbox.n_failed, lines_changed=self.lines_changed,
-                    reward=round(self.reward.total, 4), wall_s=round(self.wall_s, 3))
+        return dict(
+            task=self.task.id,
+            solved=self.solved,
+            turns=self.turns,
+            stop=self.stop_reason,
+            calls=self.toolbox.n_calls,
+            malformed=self.toolbox.n_malformed,
+            failed=self.toolbox.n_failed,
+            lines_changed=self.lines_changed,
+            reward=round(self.reward.total, 4),
+            wall_s=round(self.wall_s, 3),
+        )
 
 # %% ../../nbs/66_episode.ipynb #19c005-2
 def _token_counter(data):
     "A text -> token count function: the tokenizer of `data` (a DataDir or a tokenizers.Tokenizer), else the estimate."
-    if data is None: return estimate_tokens
+    if data is None:
+        return estimate_tokens
     tok = getattr(data, "tokenizer", data)
     return lambda s: len(tok.encode(s, add_special_tokens=False).ids) if s else 0
 
 # %% ../../nbs/66_episode.ipynb #19c005-3
 class _Encoder:
     "`encode(text)` whose length is the token count (what the effort accounting needs), from any counter."
-    def __init__(self, count): self.count = count
-    def encode(self, text: str) -> range: return range(self.count(text))
+
+    def __init__(self, count):
+        self.count = count
+
+    def encode(self, text: str) -> range:
+        return range(self.count(text))
 
 # %% ../../nbs/66_episode.ipynb #19c005-3a
 class _PolicyError(Exception):
@@ -94,13 +116,16 @@ class _PolicyError(Exception):
 # %% ../../nbs/66_episode.ipynb #19c005-3b
 def _policy(fn, *args):
     "`fn(*args)`, a call of the policy's own: what it raises is the policy's, not the episode's (`_PolicyError`)."
-    try: return fn(*args)
-    except Exception as e: raise _PolicyError() from e
+    try:
+        return fn(*args)
+    except Exception as e:
+        raise _PolicyError() from e
 
 # %% ../../nbs/66_episode.ipynb #19c005-3c
 def _changes(files: dict[str, str], final: dict[str, str] | None) -> tuple[list[str], str, int]:
     "The paths that differ, the unified diff and the lines changed from `files` to `final` (none when it was not read)."
-    if final is None: return [], "", 0
+    if final is None:
+        return [], "", 0
     changed = sorted(p for p in set(final) | set(files) if final.get(p) != files.get(p))
     return changed, task_diff(files, final, overlay=False), lines_changed(files, final, overlay=False)
 
@@ -111,30 +136,70 @@ def _one_line(e: BaseException) -> str:
     return printable(f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__)[:300]
 
 # %% ../../nbs/66_episode.ipynb #19c005-3e
-def _failed_episode(task: Task, tr: Transcript, tb: Toolbox, texts: list[str], ctx: list[int], final: dict | None,
-                    ws: Path, cfg: Config, count, t0: float, err: Exception) -> Episode:
+def _failed_episode(
+    task: Task,
+    tr: Transcript,
+    tb: Toolbox,
+    texts: list[str],
+    ctx: list[int],
+    final: dict | None,
+    ws: Path,
+    cfg: Config,
+    count,
+    t0: float,
+    err: Exception,
+) -> Episode:
     """The episode that `err` ended, an error the host raised at what the policy did (in a tool, the final read, the
     judge, the reward): unsolved, `stop_reason='error'`, the error's line in `test_output`, and the reward of an
     unsolved episode with these calls and this effort (without the workspace's terms if even it cannot be read)."""
-    try: effort = rewards.effort_from_transcript(tr, tb, _Encoder(count))
-    except Exception: effort = Effort()
-    try: reward = rewards.compute_reward(False, tb, ws, effort, cfg.reward, task.files)
+    try:
+        effort = rewards.effort_from_transcript(tr, tb, _Encoder(count))
+    except Exception:
+        effort = Effort()
+    try:
+        reward = rewards.compute_reward(False, tb, ws, effort, cfg.reward, task.files)
     except Exception:
         with tempfile.TemporaryDirectory() as empty:
             reward = rewards.compute_reward(False, tb, empty, effort, cfg.reward, {})
     changed, diff, n = _changes(task.files, final)
-    return Episode(task, tr, tb, False, len(texts), "error", texts, ctx, effort, reward, changed, diff, n,
-                   f"error: {_one_line(err)}", time.time() - t0, None)
+    return Episode(
+        task,
+        tr,
+        tb,
+        False,
+        len(texts),
+        "error",
+        texts,
+        ctx,
+        effort,
+        reward,
+        changed,
+        diff,
+        n,
+        f"error: {_one_line(err)}",
+        time.time() - t0,
+        None,
+    )
 
 # %% ../../nbs/66_episode.ipynb #19c005-3f
 def _remove(ws: Path):
     "Remove the episode's workspace; a failure is logged (the process's workspace root goes at exit), never raised."
-    try: remove_workspace(ws)
-    except Exception as e: _log.warning("could not remove the workspace %s: %s", ws, _one_line(e))
+    try:
+        remove_workspace(ws)
+    except Exception as e:
+        _log.warning("could not remove the workspace %s: %s", ws, _one_line(e))
 
 # %% ../../nbs/66_episode.ipynb #19c005-4
-def run_episode(task: Task, policy, cfg: Config, sandbox_root: Path | str | None = None, data=None,
-                system_prompt: str | None = None, keep_workspace: bool = False, judge_cache=None) -> Episode:
+def run_episode(
+    task: Task,
+    policy,
+    cfg: Config,
+    sandbox_root: Path | str | None = None,
+    data=None,
+    system_prompt: str | None = None,
+    keep_workspace: bool = False,
+    judge_cache=None,
+) -> Episode:
     """Run `policy` on `task` for up to `cfg.tasks.max_turns` turns in a fresh sandboxed workspace; judge and reward it
     (through `judge_cache`, a `composer2.tasks.judge.JudgeCache`, when given).
     Within `cfg.tasks.episode_timeout_s` of wall time (checked between turns; shell calls and the judge get only what is
@@ -149,22 +214,30 @@ def run_episode(task: Task, policy, cfg: Config, sandbox_root: Path | str | None
     try:
         sandbox = Sandbox(ws, cfg.sandbox)
         tb = Toolbox(ws, sandbox, deadline=deadline)
-        prompt = system_prompt if system_prompt is not None else make_system_prompt(["docs_search"] if cfg.tasks.docs_search else [])
+        prompt = (
+            system_prompt
+            if system_prompt is not None
+            else make_system_prompt(["docs_search"] if cfg.tasks.docs_search else [])
+        )
         tr = Transcript().add("system", prompt).add("user", task.prompt)
         count = _token_counter(data)
         texts, ctx, stop, final = [], [], "max_turns", None
         try:
-            if hasattr(policy, "start"): _policy(policy.start, task, tb)
+            if hasattr(policy, "start"):
+                _policy(policy.start, task, tb)
             for _ in range(cfg.tasks.max_turns):
                 if left() <= 0:
                     stop = "timeout"
                     break
-                ctx.append(len(tr.render(data, generation_prompt=True)[0]) if data is not None
-                           else sum(count(m.text) + 2 for m in tr) + 1)
+                ctx.append(
+                    len(tr.render(data, generation_prompt=True)[0])
+                    if data is not None
+                    else sum(count(m.text) + 2 for m in tr) + 1
+                )
                 text = _policy(policy.act, tr, tb)
                 texts.append(text)
                 tr.add("assistant", text)
-                if left() <= 0:                       # the turn took the rest of the budget: its calls do not run
+                if left() <= 0:  # the turn took the rest of the budget: its calls do not run
                     stop = "timeout"
                     break
                 results = tb.step(text)
@@ -179,36 +252,67 @@ def run_episode(task: Task, policy, cfg: Config, sandbox_root: Path | str | None
             verdict = None
             if stop != "timeout" and left() > 0:
                 verdict = judge(task, ws, sandbox, timeout=min(cfg.sandbox.timeout, left()), cache=judge_cache)
-                if left() <= 0 and verdict.solved: verdict = None   # judged after the budget ran out: not in time
-            if verdict is None: stop, out = "timeout", f"judge: the episode's budget of {budget} s ran out"
-            else: out = (verdict.stdout + verdict.stderr)[-2000:]
+                if left() <= 0 and verdict.solved:
+                    verdict = None  # judged after the budget ran out: not in time
+            if verdict is None:
+                stop, out = "timeout", f"judge: the episode's budget of {budget} s ran out"
+            else:
+                out = (verdict.stdout + verdict.stderr)[-2000:]
             solved = verdict is not None and verdict.solved
             effort = rewards.effort_from_transcript(tr, tb, _Encoder(count))
             reward = rewards.compute_reward(solved, tb, ws, effort, cfg.reward, task.files)
             changed, diff, n = _changes(task.files, final)
-            ep = Episode(task, tr, tb, solved, len(texts), stop, texts, ctx, effort, reward, changed, diff, n, out,
-                         time.time() - t0, verdict)
-        except _PolicyError as e: raise e.__cause__ from None    # the policy's own fault: not the episode's
-        except Exception as e: ep = _failed_episode(task, tr, tb, texts, ctx, final, ws, cfg, count, t0, e)
+            ep = Episode(
+                task,
+                tr,
+                tb,
+                solved,
+                len(texts),
+                stop,
+                texts,
+                ctx,
+                effort,
+                reward,
+                changed,
+                diff,
+                n,
+                out,
+                time.time() - t0,
+                verdict,
+            )
+        except _PolicyError as e:
+            raise e.__cause__ from None  # the policy's own fault: not the episode's
+        except Exception as e:
+            ep = _failed_episode(task, tr, tb, texts, ctx, final, ws, cfg, count, t0, e)
     finally:
-        if not keep_workspace: _remove(ws)
-    if hasattr(policy, "end"): policy.end(ep)
+        if not keep_workspace:
+            _remove(ws)
+    if hasattr(policy, "end"):
+        policy.end(ep)
     return ep
 
 # %% ../../nbs/66_episode.ipynb #19c005-5
-def run_episodes(tasks: list[Task], make_policy: Callable[[Task], object], cfg: Config, workers: int | None = None,
-                 **kw) -> list[Episode]:
+def run_episodes(
+    tasks: list[Task], make_policy: Callable[[Task], object], cfg: Config, workers: int | None = None, **kw
+) -> list[Episode]:
     "`run_episode` over `tasks` on `workers` threads (default cfg.sandbox.workers); `make_policy(task)` gives each its policy."
     from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max(1, min(workers or cfg.sandbox.workers, len(tasks) or 1))) as ex:
         return list(ex.map(lambda t: run_episode(t, make_policy(t), cfg, **kw), tasks))
 
 # %% ../../nbs/66_episode.ipynb #19c016
-def oracle_transcripts(cfg: Config, n: int, split: str = "train", workers: int | None = None, data=None) -> list[Transcript]:
+def oracle_transcripts(
+    cfg: Config, n: int, split: str = "train", workers: int | None = None, data=None
+) -> list[Transcript]:
     """SFT trajectories: the transcripts of the oracle's solved episodes on the first `n` tasks of cfg.tasks.suite. With
     `pretrain.sft_summaries` the oracle works within the rollout context (`rl_context`, tokens counted by `data`'s
     tokenizer when given) and summarises when it reaches `rl.summary_trigger` of it: split the transcripts with
     `composer2.agent.protocol.context_segments` into what the model saw."""
-    ctx = dict(context=rl_context(cfg), trigger=cfg.rl.summary_trigger, count_tokens=_token_counter(data)) if cfg.pretrain.sft_summaries else {}
+    ctx = (
+        dict(context=rl_context(cfg), trigger=cfg.rl.summary_trigger, count_tokens=_token_counter(data))
+        if cfg.pretrain.sft_summaries
+        else {}
+    )
     eps = run_episodes(load_suite(cfg, split, n), lambda t: OraclePolicy(**ctx), cfg, workers)
     return [e.transcript for e in eps if e.solved]

@@ -8,8 +8,17 @@ import difflib, random, re
 from ..core import C2Error
 from ..sandbox.paths import list_beneath, read_beneath
 from ..tasks.task import Task, edit_calls, estimate_tokens
-from .protocol import (SUMMARIZE, SUMMARY, END_SUMMARY, TOOLS, Message, Transcript, context_segments,
-                                      format_tool_call, summary_text)
+from composer2.agent.protocol import (
+    SUMMARIZE,
+    SUMMARY,
+    END_SUMMARY,
+    TOOLS,
+    Message,
+    Transcript,
+    context_segments,
+    format_tool_call,
+    summary_text,
+)
 from .tools import Toolbox
 
 # %% auto #0
@@ -21,24 +30,35 @@ def _read_calls(task: Task, paths: list[str], whole_lines: int = 150, margin: in
     out = []
     for p in paths:
         text = task.files.get(p)
-        if text is None: continue
+        if text is None:
+            continue
         lines = text.splitlines()
-        if len(lines) <= whole_lines: out.append(("read_file", {"path": p})); continue
+        if len(lines) <= whole_lines:
+            out.append(("read_file", {"path": p}))
+            continue
         sm = difflib.SequenceMatcher(None, lines, task.solution.get(p, text).splitlines(), autojunk=False)
         spans = []
         for op, i1, i2, _, _ in sm.get_opcodes():
-            if op == "equal": continue
+            if op == "equal":
+                continue
             s, e = max(1, i1 + 1 - margin), min(len(lines), max(i2, i1 + 1) + margin)
-            if spans and s <= spans[-1][1] + 1: spans[-1][1] = max(spans[-1][1], e)
-            else: spans.append([s, e])
-        out += [("read_file", {"path": p, "start": s, "end": e}) for s, e in spans] or [("read_file", {"path": p, "end": whole_lines})]
+            if spans and s <= spans[-1][1] + 1:
+                spans[-1][1] = max(spans[-1][1], e)
+            else:
+                spans.append([s, e])
+        out += [("read_file", {"path": p, "start": s, "end": e}) for s, e in spans] or [
+            ("read_file", {"path": p, "end": whole_lines})
+        ]
     return out
 
 # %% ../../nbs/65_policies.ipynb #18c005-1
 def _locate_calls(task: Task, paths: list[str], functions: list[str]) -> list[tuple[str, dict]]:
     "Calls that find the files of `paths` the prompt does not name: a grep per function it names, else an `ls`."
-    if all(p.rsplit("/", 1)[-1] in task.prompt for p in paths): return []
-    named = [f.rsplit(".", 1)[-1] for f in functions if re.search(rf"\b{re.escape(f.rsplit('.', 1)[-1])}\b", task.prompt)]
+    if all(p.rsplit("/", 1)[-1] in task.prompt for p in paths):
+        return []
+    named = [
+        f.rsplit(".", 1)[-1] for f in functions if re.search(rf"\b{re.escape(f.rsplit('.', 1)[-1])}\b", task.prompt)
+    ]
     return [("grep", {"pattern": f"def {f}"}) for f in named] or [("shell", {"command": "ls"})]
 
 # %% ../../nbs/65_policies.ipynb #18c005-2
@@ -51,6 +71,7 @@ class OraclePolicy:
     """Solves synthetic, long-horizon and c2bench tasks through the tools, from the task's reference solution. With a
     `context` (tokens; `count_tokens` counts them, default the estimate), a checklist task goes one file at a time and
     the oracle summarises in the transcript when the segment reaches `trigger x context`."""
+
     def __init__(self, context: int | None = None, trigger: float = 0.75, count_tokens=None):
         self.plan: list[str] | None = None
         self.context, self.trigger, self.count = context, trigger, count_tokens or estimate_tokens
@@ -59,38 +80,65 @@ class OraclePolicy:
     def start(self, task: Task, toolbox: Toolbox | None = None):
         "Plan the episode's turns for `task`."
         changed = [p for p in sorted(task.solution) if task.files.get(p) != task.solution[p]]
-        short_tests = [p for p in sorted(task.files) if p.rsplit("/", 1)[-1].startswith("test_") and task.files[p].count("\n") <= 150]
+        short_tests = [
+            p
+            for p in sorted(task.files)
+            if p.rsplit("/", 1)[-1].startswith("test_") and task.files[p].count("\n") <= 150
+        ]
         must = task.meta.get("must_read") or changed + short_tests[:2]
         edits = edit_calls(task.files, task.solution)
         fixed = task.meta.get("bug_functions") or []
         done = f"Fixed {', '.join(fixed)}; the tests pass." if fixed else f"Fixed {', '.join(changed)}; the tests pass."
         checklist = task.meta.get("checklist") or []
         self.task, self.fix_turn, self.summaries = task, {}, []
-        self.quoted = all(i in task.prompt for i in checklist)   # the prompt quotes the checklist
-        if checklist:   # the checklist says what the rest of the work is: read the README first unless the prompt quotes it
+        self.quoted = all(i in task.prompt for i in checklist)  # the prompt quotes the checklist
+        if (
+            checklist
+        ):  # the checklist says what the rest of the work is: read the README first unless the prompt quotes it
             first = [p for p in must if p.lower().startswith("readme") and not self.quoted]
             self.plan = [_turn(_read_calls(task, first) + [("shell", {"command": "ls"})])]
-            if self.context:   # one file at a time: config.py with the to-dos, then read and fix each module in turn
-                self.plan.append(_turn([("todo", {"add": list(checklist)})] + _read_calls(task, [p for p in must if p == "config.py"])))
+            if self.context:  # one file at a time: config.py with the to-dos, then read and fix each module in turn
+                self.plan.append(
+                    _turn(
+                        [("todo", {"add": list(checklist)})] + _read_calls(task, [p for p in must if p == "config.py"])
+                    )
+                )
                 for p in [p for p in must if p not in first and p != "config.py"]:
                     fix = edit_calls({p: task.files[p]}, {p: task.solution.get(p, task.files[p])})
                     self.plan += [_turn(_read_calls(task, [p]))] + [_turn(fix)] * bool(fix)
                     self.fix_turn[p] = len(self.plan) - 1
-            else: self.plan += [_turn([("todo", {"add": list(checklist)})] + _read_calls(task, [p for p in must if p not in first])), _turn(edits)]
-            self.plan += [_turn([("shell", {"command": task.test_cmd})]),
-                          _turn([("todo", {"complete": list(range(1, len(checklist) + 1))}), ("finish", {"message": done})])]
-        else:   # never read a file by a name the transcript has not shown yet: SFT on that teaches guessing paths
+            else:
+                self.plan += [
+                    _turn(
+                        [("todo", {"add": list(checklist)})] + _read_calls(task, [p for p in must if p not in first])
+                    ),
+                    _turn(edits),
+                ]
+            self.plan += [
+                _turn([("shell", {"command": task.test_cmd})]),
+                _turn([("todo", {"complete": list(range(1, len(checklist) + 1))}), ("finish", {"message": done})]),
+            ]
+        else:  # never read a file by a name the transcript has not shown yet: SFT on that teaches guessing paths
             locate = _locate_calls(task, changed, fixed)
-            self.plan = [_turn(locate)] * bool(locate) + [_turn(_read_calls(task, must)), _turn(edits), _turn([("shell", {"command": task.test_cmd})]),
-                         _turn([("finish", {"message": done})])]
+            self.plan = [_turn(locate)] * bool(locate) + [
+                _turn(_read_calls(task, must)),
+                _turn(edits),
+                _turn([("shell", {"command": task.test_cmd})]),
+                _turn([("finish", {"message": done})]),
+            ]
         self.turn = 0
         # c2bench: the function to repair is a real standard-library API; look it up first when docs_search is offered
-        self.docs_query = f"{task.meta['module']} {task.meta['qualname']}" if task.suite == "c2bench" and task.meta.get("qualname") else None
+        self.docs_query = (
+            f"{task.meta['module']} {task.meta['qualname']}"
+            if task.suite == "c2bench" and task.meta.get("qualname")
+            else None
+        )
 
     def act(self, transcript: Transcript, toolbox: Toolbox) -> str:
         "The next planned turn (after the plan: finish); first a summary in the transcript when the context has filled."
-        if self.plan is None: raise C2Error("OraclePolicy.act before start(task): run it through run_episode")
-        if self.turn == 0 and self.docs_query and "docs_search(" in transcript[0].text:   # the system prompt offers it
+        if self.plan is None:
+            raise C2Error("OraclePolicy.act before start(task): run it through run_episode")
+        if self.turn == 0 and self.docs_query and "docs_search(" in transcript[0].text:  # the system prompt offers it
             self.plan.insert(0, _turn([("docs_search", {"query": self.docs_query, "k": 3})]))
         if self.context and self._full(transcript.messages):
             text = self._summary()
@@ -102,7 +150,8 @@ class OraclePolicy:
     def _full(self, messages) -> bool:
         "Whether the current segment has reached the trigger (counted as `run_episode` counts) with a turn since the last summary."
         last = max((i for i, m in enumerate(messages) if summary_text(m) is not None), default=-1)
-        if not any(m.role == "assistant" for m in messages[last + 1:]): return False
+        if not any(m.role == "assistant" for m in messages[last + 1 :]):
+            return False
         return sum(self.count(m.text) + 2 for m in context_segments(messages)[-1]) + 1 >= self.trigger * self.context
 
     def _summary(self) -> str:
@@ -110,23 +159,30 @@ class OraclePolicy:
         t = self.task
         fixed = [p for p, i in self.fix_turn.items() if i < self.turn]
         todo = [p for p in self.fix_turn if p not in fixed]
-        lines = [f"task: {t.prompt}"] * (not self.quoted)   # else the resumed head has it
+        lines = [f"task: {t.prompt}"] * (not self.quoted)  # else the resumed head has it
         lines += [f"[{'x' if any(p in item for p in fixed) else ' '}] {item}" for item in t.meta.get("checklist") or []]
-        if t.meta.get("constants") and self.turn >= 2:   # config.py was read in the second turn
+        if t.meta.get("constants") and self.turn >= 2:  # config.py was read in the second turn
             lines.append("config.py: " + ", ".join(f"{k} = {v!r}" for k, v in t.meta["constants"].items()))
-        lines.append(f"fixed: {', '.join(fixed) or 'nothing yet'}; next: {todo[0] if todo else 'run the tests and finish'}")
+        lines.append(
+            f"fixed: {', '.join(fixed) or 'nothing yet'}; next: {todo[0] if todo else 'run the tests and finish'}"
+        )
         return "\n".join(lines)
 
 # %% ../../nbs/65_policies.ipynb #18c005-4
-_WORDS = ("the fix test file bug value return line check ok maybe code run function error look read change "
-          "def self import assert python tests pass fail list print").split()
+_WORDS = (
+    "the fix test file bug value return line check ok maybe code run function error look read change "
+    "def self import assert python tests pass fail list print"
+).split()
 
 # %% ../../nbs/65_policies.ipynb #18c005-5
 class RandomPolicy:
     "Random behaviour: prose, well-formed calls with random arguments, and malformed calls. Solves ~nothing."
+
     def __init__(self, seed: int = 0, p_finish: float = 0.1, p_malformed: float = 0.3, search: bool = False):
         self.rng, self.p_finish, self.p_malformed = random.Random(seed), p_finish, p_malformed
-        self.tools = [t for t, spec in TOOLS.items() if not spec.opt_in and (search or t != "semantic_search")]   # the embedding model is slow to load
+        self.tools = [
+            t for t, spec in TOOLS.items() if not spec.opt_in and (search or t != "semantic_search")
+        ]  # the embedding model is slow to load
 
     def _text(self, n=None):
         "A few random words."
@@ -137,29 +193,53 @@ class RandomPolicy:
         "One random call block: well-formed with random arguments over the workspace's files, or malformed."
         r = self.rng
         if r.random() < self.p_malformed:
-            return r.choice([f"<|tool_call|>{{{self._text(2)}<|/tool_call|>", f'<|tool_call|>{{"name": "{r.choice(_WORDS)}", "arguments": {{}}}}<|/tool_call|>',
-                             '<|tool_call|>{"name": "read_file", "arguments": {}}<|/tool_call|>', f"<|tool_call|>{self._text(3)}",
-                             '<|tool_call|>{"name": "edit_file", "arguments": {"path": 7}}<|/tool_call|>', "<|/tool_call|>"])
+            return r.choice(
+                [
+                    f"<|tool_call|>{{{self._text(2)}<|/tool_call|>",
+                    f'<|tool_call|>{{"name": "{r.choice(_WORDS)}", "arguments": {{}}}}<|/tool_call|>',
+                    '<|tool_call|>{"name": "read_file", "arguments": {}}<|/tool_call|>',
+                    f"<|tool_call|>{self._text(3)}",
+                    '<|tool_call|>{"name": "edit_file", "arguments": {"path": 7}}<|/tool_call|>',
+                    "<|/tool_call|>",
+                ]
+            )
         files = list_beneath(toolbox.workspace, ".", hidden=True)
         path = r.choice(files + ["nope.py"]) if files else "nope.py"
         name = r.choice(self.tools)
-        if name == "read_file": args = {"path": path}
+        if name == "read_file":
+            args = {"path": path}
         elif name == "edit_file":
-            try: text = read_beneath(toolbox.workspace, path)
-            except (C2Error, OSError, UnicodeDecodeError): text = ""
+            try:
+                text = read_beneath(toolbox.workspace, path)
+            except (C2Error, OSError, UnicodeDecodeError):
+                text = ""
             i = r.randint(0, max(0, len(text) - 1))
-            args = {"path": path, "search": text[i:i + r.randint(1, 12)] or self._text(1), "replace": self._text(r.randint(1, 3))}
-        elif name == "write_file": args = {"path": r.choice([path, f"{r.choice(_WORDS)}.py"]), "content": self._text() + "\n"}
-        elif name == "shell": args = {"command": r.choice(["ls", f"cat {path}", f"python3 {path}", "echo " + self._text(2), "pwd"])}
-        elif name == "grep": args = {"pattern": r.choice(_WORDS + ["(", "def ", "[a-z]+"])}
-        elif name == "semantic_search": args = {"query": self._text(3)}
-        elif name == "todo": args = r.choice([{"add": [self._text(3)]}, {"complete": [r.randint(1, 3)]}])
-        else: args = {"message": self._text()}
+            args = {
+                "path": path,
+                "search": text[i : i + r.randint(1, 12)] or self._text(1),
+                "replace": self._text(r.randint(1, 3)),
+            }
+        elif name == "write_file":
+            args = {"path": r.choice([path, f"{r.choice(_WORDS)}.py"]), "content": self._text() + "\n"}
+        elif name == "shell":
+            args = {"command": r.choice(["ls", f"cat {path}", f"python3 {path}", "echo " + self._text(2), "pwd"])}
+        elif name == "grep":
+            args = {"pattern": r.choice(_WORDS + ["(", "def ", "[a-z]+"])}
+        elif name == "semantic_search":
+            args = {"query": self._text(3)}
+        elif name == "todo":
+            args = r.choice([{"add": [self._text(3)]}, {"complete": [r.randint(1, 3)]}])
+        else:
+            args = {"message": self._text()}
         return format_tool_call(name, args)
 
     def act(self, transcript: Transcript, toolbox: Toolbox) -> str:
         "A random turn."
         r = self.rng
-        if r.random() < self.p_finish: return format_tool_call("finish", {"message": self._text()})
-        if r.random() < 0.2: return self._text()
-        return (self._text() + " " if r.random() < 0.5 else "") + "".join(self._call(toolbox) for _ in range(r.randint(1, 3)))
+        if r.random() < self.p_finish:
+            return format_tool_call("finish", {"message": self._text()})
+        if r.random() < 0.2:
+            return self._text()
+        return (self._text() + " " if r.random() < 0.5 else "") + "".join(
+            self._call(toolbox) for _ in range(r.randint(1, 3))
+        )

@@ -23,13 +23,27 @@ TOOL_CALL, END_TOOL_CALL = "<|tool_call|>", "<|/tool_call|>"
 TOOL_RESULT, END_TOOL_RESULT = "<|tool_result|>", "<|/tool_result|>"
 THINK, END_THINK = "<|think|>", "<|/think|>"
 SUMMARIZE, SUMMARY, END_SUMMARY = "<|summarize|>", "<|summary|>", "<|/summary|>"
-assert {SYSTEM, USER, ASSISTANT, END_TURN, TOOL_CALL, END_TOOL_CALL, TOOL_RESULT, END_TOOL_RESULT, THINK, END_THINK,
-        SUMMARIZE, SUMMARY, END_SUMMARY} <= set(SPECIAL_TOKENS)
+assert {
+    SYSTEM,
+    USER,
+    ASSISTANT,
+    END_TURN,
+    TOOL_CALL,
+    END_TOOL_CALL,
+    TOOL_RESULT,
+    END_TOOL_RESULT,
+    THINK,
+    END_THINK,
+    SUMMARIZE,
+    SUMMARY,
+    END_SUMMARY,
+} <= set(SPECIAL_TOKENS)
 
 # %% ../../nbs/60_protocol.ipynb #13c006-1
 @dataclass
 class ToolCall:
     "One well-formed call: a known tool and arguments that match its parameters; `raw` is the block as written."
+
     name: str
     arguments: dict
     raw: str = ""
@@ -38,6 +52,7 @@ class ToolCall:
 @dataclass
 class ToolResult:
     "What a call returned; `ok` is False for malformed and failed calls."
+
     name: str
     ok: bool
     output: str
@@ -56,6 +71,7 @@ def format_tool_call(name: str, arguments: dict) -> str:
 @dataclass(frozen=True)
 class Param:
     "A tool parameter: its JSON type (string, integer, number, array of strings, array of integers)."
+
     name: str
     type: str
     required: bool = True
@@ -64,6 +80,7 @@ class Param:
 @dataclass(frozen=True)
 class ToolSpec:
     "A tool and its parameters; an `opt_in` tool is offered (listed in the system prompt) only when a config asks for it."
+
     name: str
     params: tuple[Param, ...]
     opt_in: bool = False
@@ -73,39 +90,55 @@ class ToolSpec:
         return f"{self.name}(" + ", ".join(p.name + ("" if p.required else "?") for p in self.params) + ")"
 
 # %% ../../nbs/60_protocol.ipynb #13c009-2
-TOOLS = {s.name: s for s in [
-    ToolSpec("read_file", (Param("path", "string"), Param("start", "integer", False), Param("end", "integer", False))),
-    ToolSpec("edit_file", (Param("path", "string"), Param("search", "string"), Param("replace", "string"))),
-    ToolSpec("write_file", (Param("path", "string"), Param("content", "string"))),
-    ToolSpec("shell", (Param("command", "string"), Param("timeout", "number", False))),
-    ToolSpec("grep", (Param("pattern", "string"), Param("path", "string", False))),
-    ToolSpec("semantic_search", (Param("query", "string"), Param("k", "integer", False))),
-    ToolSpec("todo", (Param("add", "array[string]", False), Param("complete", "array[integer]", False))),
-    ToolSpec("finish", (Param("message", "string"),)),
-    ToolSpec("docs_search", (Param("query", "string"), Param("k", "integer", False)), opt_in=True),   # tasks.docs_search
-]}
+TOOLS = {
+    s.name: s
+    for s in [
+        ToolSpec(
+            "read_file", (Param("path", "string"), Param("start", "integer", False), Param("end", "integer", False))
+        ),
+        ToolSpec("edit_file", (Param("path", "string"), Param("search", "string"), Param("replace", "string"))),
+        ToolSpec("write_file", (Param("path", "string"), Param("content", "string"))),
+        ToolSpec("shell", (Param("command", "string"), Param("timeout", "number", False))),
+        ToolSpec("grep", (Param("pattern", "string"), Param("path", "string", False))),
+        ToolSpec("semantic_search", (Param("query", "string"), Param("k", "integer", False))),
+        ToolSpec("todo", (Param("add", "array[string]", False), Param("complete", "array[integer]", False))),
+        ToolSpec("finish", (Param("message", "string"),)),
+        ToolSpec(
+            "docs_search", (Param("query", "string"), Param("k", "integer", False)), opt_in=True
+        ),  # tasks.docs_search
+    ]
+}
 
 # %% ../../nbs/60_protocol.ipynb #13c009-3
 def _type_ok(v, t: str) -> bool:
     is_int = lambda x: isinstance(x, int) and not isinstance(x, bool)
-    if t == "string": return isinstance(v, str)
-    if t == "integer": return is_int(v)
-    if t == "number": return is_int(v) or isinstance(v, float)
-    if t == "array[string]": return isinstance(v, list) and all(isinstance(x, str) for x in v)
-    if t == "array[integer]": return isinstance(v, list) and all(is_int(x) for x in v)
+    if t == "string":
+        return isinstance(v, str)
+    if t == "integer":
+        return is_int(v)
+    if t == "number":
+        return is_int(v) or isinstance(v, float)
+    if t == "array[string]":
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+    if t == "array[integer]":
+        return isinstance(v, list) and all(is_int(x) for x in v)
     raise ValueError(f"unknown parameter type {t!r}")
 
 # %% ../../nbs/60_protocol.ipynb #13c009-4
 def check_arguments(name: str, arguments) -> str | None:
     "Why `arguments` do not fit tool `name` (unknown tool, missing, extra or wrong-typed argument), or None."
     spec = TOOLS.get(name)
-    if spec is None: return f"unknown tool {name!r} (tools: {', '.join(TOOLS)})"
-    if not isinstance(arguments, dict): return f"{name}: arguments must be a JSON object"
+    if spec is None:
+        return f"unknown tool {name!r} (tools: {', '.join(TOOLS)})"
+    if not isinstance(arguments, dict):
+        return f"{name}: arguments must be a JSON object"
     params = {p.name: p for p in spec.params}
-    if extra := sorted(set(arguments) - set(params)): return f"{name}: unknown argument {extra[0]!r} (usage: {spec.signature()})"
+    if extra := sorted(set(arguments) - set(params)):
+        return f"{name}: unknown argument {extra[0]!r} (usage: {spec.signature()})"
     for p in spec.params:
         if p.name not in arguments:
-            if p.required: return f"{name}: missing argument {p.name!r} (usage: {spec.signature()})"
+            if p.required:
+                return f"{name}: missing argument {p.name!r} (usage: {spec.signature()})"
         elif not _type_ok(arguments[p.name], p.type):
             return f"{name}: argument {p.name!r} must be a {p.type}, got {type(arguments[p.name]).__name__}"
     return None
@@ -114,12 +147,16 @@ def check_arguments(name: str, arguments) -> str | None:
 def make_system_prompt(opt_in=()) -> str:
     "The system prompt: the call format and every tool but the opt-in ones not named in `opt_in`."
     tools = [t for t in TOOLS.values() if not t.opt_in or t.name in opt_in]
-    return ("You are a coding agent in /workspace; paths are relative to it. Call tools as "
-            f'{TOOL_CALL}{{"name": ..., "arguments": {{...}}}}{END_TOOL_CALL}; the calls of a turn run in parallel and their results '
-            f"come back in order, each as {TOOL_RESULT}...{END_TOOL_RESULT}. Tools: " + ", ".join(t.signature() for t in tools)
-            + f". Think inside {THINK}...{END_THINK}. Finish every to-do item, then call finish.")
+    return (
+        "You are a coding agent in /workspace; paths are relative to it. Call tools as "
+        f'{TOOL_CALL}{{"name": ..., "arguments": {{...}}}}{END_TOOL_CALL}; the calls of a turn run in parallel and their results '
+        f"come back in order, each as {TOOL_RESULT}...{END_TOOL_RESULT}. Tools: "
+        + ", ".join(t.signature() for t in tools)
+        + f". Think inside {THINK}...{END_THINK}. Finish every to-do item, then call finish."
+    )
 
-SYSTEM_PROMPT = make_system_prompt()   # short: at the smoke scale a long prompt would fill the whole SFT context
+
+SYSTEM_PROMPT = make_system_prompt()  # short: at the smoke scale a long prompt would fill the whole SFT context
 
 # %% ../../nbs/60_protocol.ipynb #13c012
 def _segments(text: str) -> tuple[list[str], list[str]]:
@@ -127,11 +164,16 @@ def _segments(text: str) -> tuple[list[str], list[str]]:
     vis, think, i = [], [], 0
     while True:
         j = text.find(THINK, i)
-        if j < 0: vis.append(text[i:]); break
+        if j < 0:
+            vis.append(text[i:])
+            break
         vis.append(text[i:j])
         k = text.find(END_THINK, j + len(THINK))
-        if k < 0: think.append(text[j + len(THINK):]); break
-        think.append(text[j + len(THINK):k]); i = k + len(END_THINK)
+        if k < 0:
+            think.append(text[j + len(THINK) :])
+            break
+        think.append(text[j + len(THINK) : k])
+        i = k + len(END_THINK)
     return vis, think
 
 # %% ../../nbs/60_protocol.ipynb #13c012-1
@@ -140,43 +182,54 @@ def _blocks(seg: str):
     i, lo, lc = 0, len(TOOL_CALL), len(END_TOOL_CALL)
     while True:
         o, c = seg.find(TOOL_CALL, i), seg.find(END_TOOL_CALL, i)
-        if o < 0 and c < 0: return
+        if o < 0 and c < 0:
+            return
         if c >= 0 and (o < 0 or c < o):
             yield END_TOOL_CALL, None, f"{END_TOOL_CALL} without an opening {TOOL_CALL}"
-            i = c + lc; continue
+            i = c + lc
+            continue
         nxt = seg.find(TOOL_CALL, o + lo)
         if c < 0 or 0 <= nxt < c:
             end = nxt if nxt >= 0 else len(seg)
             yield seg[o:end], None, f"unclosed {TOOL_CALL} (close it with {END_TOOL_CALL})"
-            i = end; continue
-        yield seg[o:c + lc], seg[o + lo:c], None
+            i = end
+            continue
+        yield seg[o : c + lc], seg[o + lo : c], None
         i = c + lc
 
 # %% ../../nbs/60_protocol.ipynb #13c012-2
 def _check_block(body: str) -> tuple[str | None, dict | None, str | None]:
     "(name, arguments, error) of one block's JSON body."
-    try: obj = json.loads(body)
-    except (ValueError, RecursionError) as e: return None, None, f"invalid JSON ({getattr(e, 'msg', type(e).__name__)})"
-    if not isinstance(obj, dict): return None, None, 'a tool call is a JSON object {"name": ..., "arguments": {...}}'
-    if extra := sorted(set(obj) - {"name", "arguments"}): return None, None, f"unexpected key {extra[0]!r} (keys: name, arguments)"
+    try:
+        obj = json.loads(body)
+    except (ValueError, RecursionError) as e:
+        return None, None, f"invalid JSON ({getattr(e, 'msg', type(e).__name__)})"
+    if not isinstance(obj, dict):
+        return None, None, 'a tool call is a JSON object {"name": ..., "arguments": {...}}'
+    if extra := sorted(set(obj) - {"name", "arguments"}):
+        return None, None, f"unexpected key {extra[0]!r} (keys: name, arguments)"
     name, args = obj.get("name"), obj.get("arguments", {})
-    if not isinstance(name, str): return None, None, 'missing tool name: {"name": ..., "arguments": {...}}'
+    if not isinstance(name, str):
+        return None, None, 'missing tool name: {"name": ..., "arguments": {...}}'
     return name, args, check_arguments(name, args)
 
 # %% ../../nbs/60_protocol.ipynb #13c012-3
 def parse_turn(text: str) -> list[ToolCall | str]:
     "The turn's call blocks in order: a `ToolCall`, or the error message of a malformed block. Never raises."
     try:
-        if not isinstance(text, str): return [f"an assistant turn is text, got {type(text).__name__}"]
+        if not isinstance(text, str):
+            return [f"an assistant turn is text, got {type(text).__name__}"]
         out = []
         for seg in _segments(text)[0]:
             for raw, body, err in _blocks(seg):
                 if err is None:
                     name, args, err = _check_block(body)
-                    if err is None: out.append(ToolCall(name, args, raw)); continue
+                    if err is None:
+                        out.append(ToolCall(name, args, raw))
+                        continue
                 out.append(f"tool call {len(out) + 1}: {err}")
         return out
-    except Exception as e:   # the parser must never take a rollout down; the model sees what went wrong
+    except Exception as e:  # the parser must never take a rollout down; the model sees what went wrong
         return [f"could not parse tool calls: {type(e).__name__}"]
 
 # %% ../../nbs/60_protocol.ipynb #13c012-4
@@ -189,6 +242,7 @@ def parse_tool_calls(text: str) -> tuple[list[ToolCall], list[str]]:
 @dataclass
 class TurnParts:
     "An assistant turn cut up: thinking contents, raw call blocks (well-formed or not) and the prose left over."
+
     thinking: list[str]
     calls: list[str]
     prose: str
@@ -202,45 +256,60 @@ def turn_parts(text: str) -> TurnParts:
         i = 0
         for raw, _, _ in _blocks(seg):
             j = seg.find(raw, i)
-            prose.append(seg[i:j]); calls.append(raw); i = j + len(raw)
+            prose.append(seg[i:j])
+            calls.append(raw)
+            i = j + len(raw)
         prose.append(seg[i:])
     return TurnParts(think, calls, "".join(prose))
 
 # %% ../../nbs/60_protocol.ipynb #13c032
 ROLES = ("system", "user", "assistant", "tool_result", "summary")
-_WRAP = {"system": (SYSTEM, END_TURN), "user": (USER, END_TURN), "assistant": (ASSISTANT, END_TURN),
-         "tool_result": (TOOL_RESULT, END_TOOL_RESULT), "summary": (SUMMARY, END_SUMMARY)}
-_ALLOWED = {"system": {TOOL_CALL, END_TOOL_CALL, TOOL_RESULT, END_TOOL_RESULT, THINK, END_THINK},
-            "user": {SUMMARIZE},
-            "assistant": {TOOL_CALL, END_TOOL_CALL, THINK, END_THINK, SUMMARY, END_SUMMARY},
-            "tool_result": set(), "summary": set()}
+_WRAP = {
+    "system": (SYSTEM, END_TURN),
+    "user": (USER, END_TURN),
+    "assistant": (ASSISTANT, END_TURN),
+    "tool_result": (TOOL_RESULT, END_TOOL_RESULT),
+    "summary": (SUMMARY, END_SUMMARY),
+}
+_ALLOWED = {
+    "system": {TOOL_CALL, END_TOOL_CALL, TOOL_RESULT, END_TOOL_RESULT, THINK, END_THINK},
+    "user": {SUMMARIZE},
+    "assistant": {TOOL_CALL, END_TOOL_CALL, THINK, END_THINK, SUMMARY, END_SUMMARY},
+    "tool_result": set(),
+    "summary": set(),
+}
 _SPECIAL_RE = re.compile("|".join(re.escape(t) for t in sorted(SPECIAL_TOKENS, key=len, reverse=True)))
 
 # %% ../../nbs/60_protocol.ipynb #13c032-1
 @dataclass
 class Message:
     "One message of a transcript."
+
     role: str
     text: str
+
     def __post_init__(self):
-        if self.role not in ROLES: raise ValueError(f"unknown role {self.role!r} (roles: {', '.join(ROLES)})")
+        if self.role not in ROLES:
+            raise ValueError(f"unknown role {self.role!r} (roles: {', '.join(ROLES)})")
 
 # %% ../../nbs/60_protocol.ipynb #13c032-2
 class _Codec:
     "Encoding with per-role special tokens, over a `DataDir` or a `tokenizers.Tokenizer`."
+
     def __init__(self, data):
         self.tok = getattr(data, "tokenizer", data)
         self.id = {t: self.tok.token_to_id(t) for t in SPECIAL_TOKENS}
-        if None in self.id.values(): raise C2Error("the tokenizer lacks the agent format's special tokens: rebuild the data")
+        if None in self.id.values():
+            raise C2Error("the tokenizer lacks the agent format's special tokens: rebuild the data")
         self.special_ids = set(self.id.values())
 
     def plain(self, text: str) -> list[int]:
-        return self.tok.encode(printable(text), add_special_tokens=False).ids if text else []   # lone surrogates: U+FFFD
+        return self.tok.encode(printable(text), add_special_tokens=False).ids if text else []  # lone surrogates: U+FFFD
 
     def encode(self, text: str, allowed: set[str]) -> list[int]:
         ids, i = [], 0
         for m in _SPECIAL_RE.finditer(text):
-            ids += self.plain(text[i:m.start()])
+            ids += self.plain(text[i : m.start()])
             tok = m.group()
             # a special token the role may not carry is cut after its "<", which no special token matches
             ids += [self.id[tok]] if tok in allowed else self.plain("<") + self.plain(tok[1:])
@@ -254,20 +323,28 @@ class _Codec:
 @dataclass
 class Transcript:
     "An episode's messages; renders to token ids with a loss mask, and back."
+
     messages: list[Message] = field(default_factory=list)
 
     def add(self, role: str, text: str) -> "Transcript":
         "Append a message; returns the transcript."
-        self.messages.append(Message(role, text)); return self
+        self.messages.append(Message(role, text))
+        return self
 
     def add_results(self, results: list[ToolResult]) -> "Transcript":
         "Append one `tool_result` message per result, in order."
-        for r in results: self.add("tool_result", r.text())
+        for r in results:
+            self.add("tool_result", r.text())
         return self
 
-    def __len__(self): return len(self.messages)
-    def __iter__(self): return iter(self.messages)
-    def __getitem__(self, i): return self.messages[i]
+    def __len__(self):
+        return len(self.messages)
+
+    def __iter__(self):
+        return iter(self.messages)
+
+    def __getitem__(self, i):
+        return self.messages[i]
 
     def render(self, data, generation_prompt: bool = False) -> tuple[list[int], list[int]]:
         "(ids, mask): the model's tokens have mask 1. `generation_prompt` appends `<|assistant|>` (mask 0) to generate from."
@@ -275,9 +352,12 @@ class Transcript:
         for m in self.messages:
             op, cl = _WRAP[m.role]
             body = c.encode(m.text, _ALLOWED[m.role]) + [c.id[cl]]
-            own = int(m.role == "assistant")   # the model writes its text and closes its own turn
-            ids += [c.id[op]] + body; mask += [0] + [own] * len(body)
-        if generation_prompt: ids.append(c.id[ASSISTANT]); mask.append(0)
+            own = int(m.role == "assistant")  # the model writes its text and closes its own turn
+            ids += [c.id[op]] + body
+            mask += [0] + [own] * len(body)
+        if generation_prompt:
+            ids.append(c.id[ASSISTANT])
+            mask.append(0)
         return ids, mask
 
     @classmethod
@@ -288,22 +368,29 @@ class Transcript:
         out, i = [], 0
         while i < len(ids):
             role = opens.get(ids[i])
-            if role is None: raise C2Error(f"not a rendered transcript: token {i} ({c.decode(ids[i:i + 1])!r}) opens no message")
+            if role is None:
+                raise C2Error(f"not a rendered transcript: token {i} ({c.decode(ids[i : i + 1])!r}) opens no message")
             close, ok = c.id[_WRAP[role][1]], {c.id[t] for t in _ALLOWED[role]}
             j = i + 1
             while j < len(ids) and ids[j] != close:
                 if ids[j] in c.special_ids and ids[j] not in ok:
-                    raise C2Error(f"not a rendered transcript: token {j} ({c.decode(ids[j:j + 1])!r}) inside a {role} message")
+                    raise C2Error(
+                        f"not a rendered transcript: token {j} ({c.decode(ids[j : j + 1])!r}) inside a {role} message"
+                    )
                 j += 1
-            if j == len(ids): raise C2Error(f"not a rendered transcript: the {role} message at token {i} is not closed")
-            out.append(Message(role, c.decode(ids[i + 1:j]))); i = j + 1
+            if j == len(ids):
+                raise C2Error(f"not a rendered transcript: the {role} message at token {i} is not closed")
+            out.append(Message(role, c.decode(ids[i + 1 : j])))
+            i = j + 1
         return cls(out)
 
 # %% ../../nbs/60_protocol.ipynb #13c041
 def summary_text(m: Message) -> str | None:
     "The summary an assistant turn wrote (`<|summary|>...<|/summary|>`), else None."
-    if m.role != "assistant" or not m.text.startswith(SUMMARY): return None
-    return m.text[len(SUMMARY):].removesuffix(END_SUMMARY)
+    if m.role != "assistant" or not m.text.startswith(SUMMARY):
+        return None
+    return m.text[len(SUMMARY) :].removesuffix(END_SUMMARY)
+
 
 def resume_context(messages, cut: int, summary: str | None) -> tuple[list[Message], list[Message]]:
     """The context a new segment starts from after a cut at message `cut` (where the summary request goes): (`fixed`, the
@@ -313,8 +400,9 @@ def resume_context(messages, cut: int, summary: str | None) -> tuple[list[Messag
     head = [m for m in msgs[:2] if m.role in ("system", "user")]
     before = msgs[:cut]
     turns = [i for i, m in enumerate(before) if m.role == "assistant" and summary_text(m) is None]
-    recent = [m for m in before[turns[-1]:] if m.role != "summary"] if turns else []
+    recent = [m for m in before[turns[-1] :] if m.role != "summary"] if turns else []
     return head + ([Message("summary", summary)] if summary is not None else []), recent
+
 
 def context_segments(messages) -> list[list[Message]]:
     """The contexts the model generated in, one per segment, of a transcript whose summaries were written in the
@@ -324,8 +412,9 @@ def context_segments(messages) -> list[list[Message]]:
     segs, ctx, start = [], [], 0
     for i, m in enumerate(msgs):
         text = summary_text(m)
-        if text is None or i < 1: continue
-        segs.append(ctx + msgs[start:i + 1])
+        if text is None or i < 1:
+            continue
+        segs.append(ctx + msgs[start : i + 1])
         fixed, recent = resume_context(msgs, i - 1, text)
         ctx, start = fixed + recent, i + 1
     return segs + [ctx + msgs[start:]]

@@ -20,26 +20,33 @@ def _xp(x):
     "numpy, or torch when `x` is a tensor (torch is imported only then)."
     if type(x).__module__.startswith("torch"):
         import torch
+
         return torch
     return np
 
 # %% ../../nbs/64_rewards.ipynb #10c004-1
 def length_penalty(x, k: float = 1e-3, q: float = 0.5):
     "The report's nonlinear length penalty C(x) = ((1 + kx)^(1-q) - 1) / (k (1-q)); q = 1 is the log limit."
-    if not k > 0: raise ValueError(f"length_penalty: k must be > 0, got {k}")
+    if not k > 0:
+        raise ValueError(f"length_penalty: k must be > 0, got {k}")
     xp = _xp(x)
-    if xp is np: x = np.asarray(x, dtype=np.float64)
-    if bool((x < 0).any()): raise ValueError("length_penalty: effort x must be >= 0")
+    if xp is np:
+        x = np.asarray(x, dtype=np.float64)
+    if bool((x < 0).any()):
+        raise ValueError("length_penalty: effort x must be >= 0")
     lg = xp.log1p(k * x)
-    if abs(1.0 - q) < 1e-12: out = lg / k
-    else: out = xp.expm1((1.0 - q) * lg) / (k * (1.0 - q))   # expm1/log1p: exact near x = 0 and smooth through q = 1
+    if abs(1.0 - q) < 1e-12:
+        out = lg / k
+    else:
+        out = xp.expm1((1.0 - q) * lg) / (k * (1.0 - q))  # expm1/log1p: exact near x = 0 and smooth through q = 1
     return float(out) if xp is np and out.ndim == 0 else out
 
 # %% ../../nbs/64_rewards.ipynb #10c004-2
 def length_penalty_slope(x, k: float = 1e-3, q: float = 0.5):
     "The marginal cost C'(x) = (1 + kx)^(-q): what one more unit of effort costs at effort x."
     xp = _xp(x)
-    if xp is np: x = np.asarray(x, dtype=np.float64)
+    if xp is np:
+        x = np.asarray(x, dtype=np.float64)
     out = xp.exp(-q * xp.log1p(k * x))
     return float(out) if xp is np and out.ndim == 0 else out
 
@@ -47,6 +54,7 @@ def length_penalty_slope(x, k: float = 1e-3, q: float = 0.5):
 @dataclass
 class Effort:
     "What one rollout spent."
+
     thinking_tokens: float = 0
     tool_call_tokens: float = 0
     tool_output_tokens: float = 0
@@ -58,6 +66,7 @@ class Effort:
 @dataclass
 class EffortWeights:
     "Token-equivalents per unit of each effort term (ours: the report does not publish its weights)."
+
     thinking_tokens: float = 1.0
     tool_call_tokens: float = 1.0
     tool_output_tokens: float = 0.25
@@ -72,9 +81,14 @@ EFFORT_TERMS = [f.name for f in dataclasses.fields(Effort)]
 def weighted_effort(effort: Effort | Mapping, weights: EffortWeights | Mapping | None = None):
     "x = sum_i w_i * effort_i over the six effort terms; values may be numbers, arrays or tensors (a batch)."
     e = dataclasses.asdict(effort) if dataclasses.is_dataclass(effort) else dict(effort)
-    w = dataclasses.asdict(weights) if dataclasses.is_dataclass(weights) else dict(weights or dataclasses.asdict(EffortWeights()))
+    w = (
+        dataclasses.asdict(weights)
+        if dataclasses.is_dataclass(weights)
+        else dict(weights or dataclasses.asdict(EffortWeights()))
+    )
     for name in list(e) + list(w):
-        if name not in EFFORT_TERMS: raise ValueError(f"unknown effort term {name!r} (terms: {', '.join(EFFORT_TERMS)})")
+        if name not in EFFORT_TERMS:
+            raise ValueError(f"unknown effort term {name!r} (terms: {', '.join(EFFORT_TERMS)})")
     return sum(w.get(n, 0.0) * e.get(n, 0) for n in EFFORT_TERMS)
 
 # %% ../../nbs/64_rewards.ipynb #10c008-4
@@ -89,15 +103,17 @@ from dataclasses import field
 from pathlib import Path
 from ..core import C2Error
 
-STYLE_RULES = ("E", "F", "W", "B")   # pycodestyle errors and warnings, pyflakes, bugbear
+STYLE_RULES = ("E", "F", "W", "B")  # pycodestyle errors and warnings, pyflakes, bugbear
 STYLE_LINE_LENGTH = 120
 
 # %% ../../nbs/64_rewards.ipynb #10c011-1
 def ruff_path() -> str:
     "The `ruff` executable: next to this Python (its venv's bin), else on PATH; `C2Error` if neither."
     p = Path(sys.executable).parent / "ruff"
-    if p.is_file() and os.access(p, os.X_OK): return str(p)
-    if w := shutil.which("ruff"): return w
+    if p.is_file() and os.access(p, os.X_OK):
+        return str(p)
+    if w := shutil.which("ruff"):
+        return w
     raise C2Error("ruff is not installed: pip install ruff (the style reward runs it)")
 
 # %% ../../nbs/64_rewards.ipynb #10c011-2
@@ -106,37 +122,70 @@ def ruff_findings(files: Mapping[str, str], select=STYLE_RULES) -> dict[str, lis
     A function of the texts and rules alone, so it is memoised (the last 4096 sets): a task's original files, and the
     trees its episodes leave alike, are checked once rather than once per episode (two ruff processes an episode)."""
     found = _ruff_memo(tuple(files.items()), tuple(select))
-    return {rel: [dict(f) for f in fs] for rel, fs in found.items()}   # copies: the memo's own stay as ruff gave them
+    return {rel: [dict(f) for f in fs] for rel, fs in found.items()}  # copies: the memo's own stay as ruff gave them
+
 
 @functools.lru_cache(maxsize=4096)
 def _ruff_memo(items: tuple, select: tuple) -> dict[str, list[dict]]:
     "`ruff_findings` of the files `items` ((path, text) pairs: hashable, the memo's key), one ruff process."
     files = dict(items)
     out = {rel: [] for rel in files}
-    if not files: return out
+    if not files:
+        return out
     with tempfile.TemporaryDirectory(prefix="c2-ruff-") as d:
         names, d = {}, Path(d).resolve()
         for i, (rel, text) in enumerate(files.items()):
-            base = rel.rsplit("/", 1)[-1]   # a flat private copy: no path from the workspace is trusted, odd names neither
-            base = base if re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", base) else "module" + (".pyi" if rel.endswith(".pyi") else ".py")
+            base = rel.rsplit("/", 1)[
+                -1
+            ]  # a flat private copy: no path from the workspace is trusted, odd names neither
+            base = (
+                base
+                if re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", base)
+                else "module" + (".pyi" if rel.endswith(".pyi") else ".py")
+            )
             p = d / f"f{i}" / base
             p.parent.mkdir()
             p.write_bytes(text.encode("utf-8", "replace"))
             names[f"f{i}"] = rel
         try:
-            r = subprocess.run([ruff_path(), "check", "--isolated", "--no-cache", "--exit-zero", "--output-format", "json",
-                                "--select", ",".join(select), "--line-length", str(STYLE_LINE_LENGTH), *sorted(names)],
-                               cwd=d, capture_output=True, text=True, timeout=120)
-        except subprocess.TimeoutExpired: raise C2Error("ruff took over 120 s") from None
+            r = subprocess.run(
+                [
+                    ruff_path(),
+                    "check",
+                    "--isolated",
+                    "--no-cache",
+                    "--exit-zero",
+                    "--output-format",
+                    "json",
+                    "--select",
+                    ",".join(select),
+                    "--line-length",
+                    str(STYLE_LINE_LENGTH),
+                    *sorted(names),
+                ],
+                cwd=d,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        except subprocess.TimeoutExpired:
+            raise C2Error("ruff took over 120 s") from None
         if r.returncode != 0:
             raise C2Error(f"ruff failed: {(r.stderr.strip().splitlines() or ['exit status ' + str(r.returncode)])[-1]}")
         for f in json.loads(r.stdout or "[]"):
             rel = names.get(Path(f["filename"]).resolve().parent.name)
-            if rel is None: continue
+            if rel is None:
+                continue
             lines = files[rel].splitlines()
             row = f["location"]["row"]
-            out[rel].append(dict(code=f["code"] or "invalid-syntax", row=row, message=f["message"],
-                                 line=lines[row - 1].strip() if 0 < row <= len(lines) else ""))
+            out[rel].append(
+                dict(
+                    code=f["code"] or "invalid-syntax",
+                    row=row,
+                    message=f["message"],
+                    line=lines[row - 1].strip() if 0 < row <= len(lines) else "",
+                )
+            )
     return out
 
 # %% ../../nbs/64_rewards.ipynb #10c011-3
@@ -149,22 +198,30 @@ def new_style_findings(files: Mapping[str, str], original: Mapping[str, str]) ->
         old = Counter((f["code"], f["line"]) for f in before.get(rel, []))
         for f in found:
             key = (f["code"], f["line"])
-            if old[key] > 0: old[key] -= 1
-            else: new.append(f"{rel}:{f['row']}: {f['code']} {f['message']}")
+            if old[key] > 0:
+                old[key] -= 1
+            else:
+                new.append(f"{rel}:{f['row']}: {f['code']} {f['message']}")
     return new
 
 # %% ../../nbs/64_rewards.ipynb #10c014
-_REASONING = re.compile(r"\b(?:i think|i believe|i guess|i suspect|i'm not sure|i am not sure|i need to|i'll|i will|i should|i want to"
-                        r"|let me|let's|we need to|we have to|we should|we must|now we|now i|hmm+|wait|okay|first,|then,|next,"
-                        r"|finally,|actually|step \d|the bug (?:is|was)|the issue (?:is|was)|the problem (?:is|was)|the task)(?!\w)",
-                        re.IGNORECASE)
+_REASONING = re.compile(
+    r"\b(?:i think|i believe|i guess|i suspect|i'm not sure|i am not sure|i need to|i'll|i will|i should|i want to"
+    r"|let me|let's|we need to|we have to|we should|we must|now we|now i|hmm+|wait|okay|first,|then,|next,"
+    r"|finally,|actually|step \d|the bug (?:is|was)|the issue (?:is|was)|the problem (?:is|was)|the task)(?!\w)",
+    re.IGNORECASE,
+)
 _CONNECTIVE = re.compile(r"\b(because|so that|therefore|thus|which means|this means|that's why|since)\b", re.IGNORECASE)
 
 # %% ../../nbs/64_rewards.ipynb #10c014-1
 def comment_lines(text: str) -> list[tuple[int, str]]:
     "(line, text after '#') of every comment in Python source; full-line comments by regex if it does not tokenize."
     try:
-        return [(t.start[0], t.string[1:].strip()) for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.COMMENT]
+        return [
+            (t.start[0], t.string[1:].strip())
+            for t in tokenize.generate_tokens(io.StringIO(text).readline)
+            if t.type == tokenize.COMMENT
+        ]
     except (tokenize.TokenError, SyntaxError):
         return [(i, m.group(1).strip()) for i, l in enumerate(text.splitlines(), 1) if (m := re.match(r"\s*#(.*)", l))]
 
@@ -174,14 +231,20 @@ def reasoning_comments(text: str, original: str = "") -> list[tuple[int, str]]:
     old = Counter(c.lower() for _, c in comment_lines(original))
     added = []
     for ln, c in comment_lines(text):
-        if old[c.lower()] > 0: old[c.lower()] -= 1
-        else: added.append((ln, c))
+        if old[c.lower()] > 0:
+            old[c.lower()] -= 1
+        else:
+            added.append((ln, c))
     rows = {ln for ln, _ in added}
-    def block(ln):   # length of the run of consecutive added comment lines holding ln
+
+    def block(ln):  # length of the run of consecutive added comment lines holding ln
         lo, hi = ln, ln
-        while lo - 1 in rows: lo -= 1
-        while hi + 1 in rows: hi += 1
+        while lo - 1 in rows:
+            lo -= 1
+        while hi + 1 in rows:
+            hi += 1
         return hi - lo + 1
+
     return [(ln, c) for ln, c in added if _REASONING.search(c) or (_CONNECTIVE.search(c) and block(ln) >= 3)]
 
 # %% ../../nbs/64_rewards.ipynb #10c017
@@ -191,6 +254,7 @@ REWARD_TERMS = ["correct", "malformed", "failed", "unfinished_todos", "style", "
 @dataclass
 class RewardBreakdown:
     "One episode's reward, term by term (signed contributions), with the counts behind them and notes for inspection."
+
     correct: float = 0.0
     malformed: float = 0.0
     failed: float = 0.0
@@ -204,48 +268,81 @@ class RewardBreakdown:
 
     def as_dict(self) -> dict[str, float]:
         "Every term, the total and the counts (`n_...`), flat, for logging."
-        return {**{k: getattr(self, k) for k in REWARD_TERMS + ["total"]}, **{f"n_{k}": v for k, v in self.counts.items()}}
+        return {
+            **{k: getattr(self, k) for k in REWARD_TERMS + ["total"]},
+            **{f"n_{k}": v for k, v in self.counts.items()},
+        }
 
 # %% ../../nbs/64_rewards.ipynb #10c017-2
-REWARD_MAX_FILES, REWARD_MAX_BYTES = 200, 4 << 20   # what the style terms read of a workspace at most
+REWARD_MAX_FILES, REWARD_MAX_BYTES = 200, 4 << 20  # what the style terms read of a workspace at most
 
 # %% ../../nbs/64_rewards.ipynb #10c017-3
 def changed_python_files(workspace: Path | str, original_files: Mapping[str, str] | None, edited=()) -> dict[str, str]:
     """{path: text} of the workspace's Python files that are new or differ from `original_files`, plus `edited` ones; read
     through `composer2.sandbox.paths.read_beneath` (no link followed, no FIFO opened, capped in number and bytes)."""
     from composer2.sandbox.paths import list_beneath, printable, read_bytes_beneath
+
     original, out, budget = original_files or {}, {}, REWARD_MAX_BYTES
     rels = set(list_beneath(workspace, ".", (".py",), max_files=5 * REWARD_MAX_FILES))
     rels |= {e for e in edited if isinstance(e, str) and e.endswith(".py")}
     for rel in sorted(rels):
-        if len(out) >= REWARD_MAX_FILES or budget <= 0: break
-        try: data = read_bytes_beneath(workspace, rel, min(budget, 1 << 20))
-        except (C2Error, OSError): continue
-        try: text = data.decode("utf-8")
-        except UnicodeDecodeError: continue
+        if len(out) >= REWARD_MAX_FILES or budget <= 0:
+            break
+        try:
+            data = read_bytes_beneath(workspace, rel, min(budget, 1 << 20))
+        except (C2Error, OSError):
+            continue
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
         budget -= len(data)
-        if original.get(rel) != text: out[printable(rel)] = text
+        if original.get(rel) != text:
+            out[printable(rel)] = text
     return out
 
 # %% ../../nbs/64_rewards.ipynb #10c017-4
-def compute_reward(solved: bool, toolbox, workspace: Path | str, effort: Effort | Mapping | None, cfg_reward,
-                   original_files: Mapping[str, str] | None = None, weights: EffortWeights | Mapping | None = None) -> RewardBreakdown:
+def compute_reward(
+    solved: bool,
+    toolbox,
+    workspace: Path | str,
+    effort: Effort | Mapping | None,
+    cfg_reward,
+    original_files: Mapping[str, str] | None = None,
+    weights: EffortWeights | Mapping | None = None,
+) -> RewardBreakdown:
     """The reward of a finished episode: correctness, behaviour terms from the `toolbox` counters and the workspace's
     changed Python files (against `original_files`), and the length penalty of `effort`; weights from `cfg_reward`."""
-    rc = getattr(cfg_reward, "reward", cfg_reward)   # a Config or its RewardConfig
+    rc = getattr(cfg_reward, "reward", cfg_reward)  # a Config or its RewardConfig
     original = dict(original_files or {})
     changed = changed_python_files(workspace, original, getattr(toolbox, "edited_files", ()))
     style = new_style_findings(changed, original) if changed else []
-    reasoning = [f"{rel}:{ln}: # {c}" for rel, text in changed.items() for ln, c in reasoning_comments(text, original.get(rel, ""))]
+    reasoning = [
+        f"{rel}:{ln}: # {c}"
+        for rel, text in changed.items()
+        for ln, c in reasoning_comments(text, original.get(rel, ""))
+    ]
     open_todos = [t["text"] for t in getattr(toolbox, "todos", []) if not t.get("done")]
     x = weighted_effort(effort or Effort(), weights)
-    counts = dict(malformed=toolbox.n_malformed, failed=toolbox.n_failed, unfinished_todos=len(open_todos), style=len(style),
-                  comment_reasoning=len(reasoning), effort=float(x))
-    b = RewardBreakdown(correct=rc.correct if solved else 0.0, malformed=-rc.malformed_call * counts["malformed"],
-                        failed=-rc.failed_call * counts["failed"], unfinished_todos=-rc.unfinished_todo * counts["unfinished_todos"],
-                        style=-rc.style * counts["style"], comment_reasoning=-rc.comment_reasoning * counts["comment_reasoning"],
-                        length_penalty=-rc.length_coef * length_penalty(x, rc.length_k, rc.length_q),
-                        counts=counts, notes=dict(style=style, comment_reasoning=reasoning, open_todos=open_todos, changed=sorted(changed)))
+    counts = dict(
+        malformed=toolbox.n_malformed,
+        failed=toolbox.n_failed,
+        unfinished_todos=len(open_todos),
+        style=len(style),
+        comment_reasoning=len(reasoning),
+        effort=float(x),
+    )
+    b = RewardBreakdown(
+        correct=rc.correct if solved else 0.0,
+        malformed=-rc.malformed_call * counts["malformed"],
+        failed=-rc.failed_call * counts["failed"],
+        unfinished_todos=-rc.unfinished_todo * counts["unfinished_todos"],
+        style=-rc.style * counts["style"],
+        comment_reasoning=-rc.comment_reasoning * counts["comment_reasoning"],
+        length_penalty=-rc.length_coef * length_penalty(x, rc.length_k, rc.length_q),
+        counts=counts,
+        notes=dict(style=style, comment_reasoning=reasoning, open_todos=open_todos, changed=sorted(changed)),
+    )
     b.total = sum(getattr(b, k) for k in REWARD_TERMS)
     return b
 
@@ -253,6 +350,7 @@ def compute_reward(solved: bool, toolbox, workspace: Path | str, effort: Effort 
 def effort_from_transcript(transcript, toolbox, data) -> Effort:
     "The `Effort` of an episode from its `Transcript` (token counts with `data`'s tokenizer) and its `Toolbox`."
     from composer2.agent.protocol import ToolCall, parse_turn, turn_parts
+
     n = lambda s: len(data.encode(s)) if s else 0
     e, finals, prose, blocks = Effort(), [], "", 0
     for m in transcript:
@@ -263,10 +361,13 @@ def effort_from_transcript(transcript, toolbox, data) -> Effort:
             for raw in parts.calls:
                 blocks += 1
                 call = (parse_turn(raw) or [None])[0]
-                if isinstance(call, ToolCall) and call.name == "finish": finals.append(call.arguments["message"])
-                else: e.tool_call_tokens += n(raw)
+                if isinstance(call, ToolCall) and call.name == "finish":
+                    finals.append(call.arguments["message"])
+                else:
+                    e.tool_call_tokens += n(raw)
             prose = parts.prose.strip()
-        elif m.role == "tool_result": e.tool_output_tokens += n(m.text)
+        elif m.role == "tool_result":
+            e.tool_output_tokens += n(m.text)
     e.final_message_tokens = sum(n(f) for f in finals) if finals else n(prose)
     e.tool_calls = toolbox.n_calls if toolbox is not None else blocks
     return e

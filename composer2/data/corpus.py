@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 import numpy as np, torch
-from tqdm import tqdm   # the console bar: tqdm.auto would look for ipywidgets in a study kernel
+from tqdm import tqdm  # the console bar: tqdm.auto would look for ipywidgets in a study kernel
 from ..core import C2Error
 from ..config import Config, DataConfig, load_config, repo_root
 
@@ -19,37 +19,66 @@ __all__ = ['SPECIAL_TOKENS', 'PAD_ID', 'EOS_ID', 'FORMAT', 'SPLITS', 'data_root'
            'eval_windows']
 
 # %% ../../nbs/10_data.ipynb #01c004
-SPECIAL_TOKENS = ["<|pad|>", "<|eos|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool_call|>", "<|/tool_call|>",
-                  "<|tool_result|>", "<|/tool_result|>", "<|summarize|>", "<|summary|>", "<|/summary|>",
-                  "<|think|>", "<|/think|>", "<|end_turn|>"]
+SPECIAL_TOKENS = [
+    "<|pad|>",
+    "<|eos|>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|tool_call|>",
+    "<|/tool_call|>",
+    "<|tool_result|>",
+    "<|/tool_result|>",
+    "<|summarize|>",
+    "<|summary|>",
+    "<|/summary|>",
+    "<|think|>",
+    "<|/think|>",
+    "<|end_turn|>",
+]
 PAD_ID, EOS_ID = 0, 1
 FORMAT = 1  # bump when the build's output changes for the same inputs; part of the manifest key
 
-def _dc(cfg) -> DataConfig: return cfg.data if isinstance(cfg, Config) else cfg
-def _sha(b: bytes) -> str: return hashlib.sha256(b).hexdigest()
+
+def _dc(cfg) -> DataConfig:
+    return cfg.data if isinstance(cfg, Config) else cfg
+
+
+def _sha(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
 def _score(salt: str, name: str) -> float:
     "A stable pseudo-random number in [0, 1) per name; different salts give independent draws."
     return int(_sha(f"{salt}:{name}".encode())[:12], 16) / 16**12
 
+
 def data_root(cfg: DataConfig) -> Path:
     "Where builds live: `cfg.dir`, else `$C2_DATA`, else `~/.cache/composer2`."
     cfg = _dc(cfg)
-    if cfg.dir: return Path(cfg.dir).expanduser()
-    return Path(os.environ["C2_DATA"]).expanduser() if os.environ.get("C2_DATA") else Path.home() / ".cache" / "composer2"
+    if cfg.dir:
+        return Path(cfg.dir).expanduser()
+    return (
+        Path(os.environ["C2_DATA"]).expanduser() if os.environ.get("C2_DATA") else Path.home() / ".cache" / "composer2"
+    )
 
 # %% ../../nbs/10_data.ipynb #01c007
 @dataclass(frozen=True)
 class SourceFile:
     "A corpus file: a stable relative `name` (`stdlib/json/decoder.py`, `pkg/tqdm/std.py`) and its `path`."
+
     name: str
     path: Path
-    def read(self) -> str: return self.path.read_bytes().decode("utf-8")
+
+    def read(self) -> str:
+        return self.path.read_bytes().decode("utf-8")
 
 # %% ../../nbs/10_data.ipynb #01c007-1
 _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "lib-dynload", "idle_test"}
 
 # %% ../../nbs/10_data.ipynb #01c007-2
-def _skip_dir(d: str) -> bool: return d in _SKIP_DIRS or d.startswith(("test", "config-", "."))
+def _skip_dir(d: str) -> bool:
+    return d in _SKIP_DIRS or d.startswith(("test", "config-", "."))
 
 # %% ../../nbs/10_data.ipynb #01c007-3
 def _walk(root: Path, prefix: str) -> list[SourceFile]:
@@ -69,24 +98,33 @@ def stdlib_dir() -> Path:
 def _code(cfg: DataConfig) -> list[tuple[SourceFile, str]]:
     "Every corpus file with its text (files that are not UTF-8 are skipped), after the `max_files` subset."
     cfg, files = _dc(cfg), []
-    if cfg.stdlib: files += _walk(stdlib_dir(), "stdlib")
+    if cfg.stdlib:
+        files += _walk(stdlib_dir(), "stdlib")
     for pkg in cfg.packages:
         if pkg.split(".")[0] == "composer2":
             raise C2Error("data.packages: composer2 is the held-out internal codebase, not training data (remove it)")
-        try: spec = importlib.util.find_spec(pkg)
-        except (ImportError, ValueError): spec = None
+        try:
+            spec = importlib.util.find_spec(pkg)
+        except (ImportError, ValueError):
+            spec = None
         if spec is None or not (spec.submodule_search_locations or spec.origin):
-            raise C2Error(f"data.packages: package {pkg!r} is not installed (pip install it, or remove it from data.packages)")
-        if spec.submodule_search_locations: files += _walk(Path(list(spec.submodule_search_locations)[0]), f"pkg/{pkg}")
-        elif spec.origin.endswith(".py"): files.append(SourceFile(f"pkg/{pkg}/{Path(spec.origin).name}", Path(spec.origin)))
+            raise C2Error(
+                f"data.packages: package {pkg!r} is not installed (pip install it, or remove it from data.packages)"
+            )
+        if spec.submodule_search_locations:
+            files += _walk(Path(list(spec.submodule_search_locations)[0]), f"pkg/{pkg}")
+        elif spec.origin.endswith(".py"):
+            files.append(SourceFile(f"pkg/{pkg}/{Path(spec.origin).name}", Path(spec.origin)))
         if not files or not files[-1].name.startswith(f"pkg/{pkg}/"):
             raise C2Error(f"data.packages: package {pkg!r} has no Python source files (remove it from data.packages)")
     out = []
     for f in sorted(set(files), key=lambda f: f.name):
-        try: out.append((f, f.read()))
-        except (UnicodeDecodeError, OSError): pass
+        try:
+            out.append((f, f.read()))
+        except (UnicodeDecodeError, OSError):
+            pass
     if cfg.max_files and len(out) > cfg.max_files:
-        keep = set(sorted((_score("keep", f.name), f.name) for f, _ in out)[:cfg.max_files])
+        keep = set(sorted((_score("keep", f.name), f.name) for f, _ in out)[: cfg.max_files])
         out = [(f, t) for f, t in out if (_score("keep", f.name), f.name) in keep]
     return out
 
@@ -102,8 +140,10 @@ _DOC_NODES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 def _docstrings(text: str, min_chars: int = 40) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try: tree = ast.parse(text)
-        except (SyntaxError, ValueError): return ""
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            return ""
     docs = [ast.get_docstring(n) for n in ast.walk(tree) if isinstance(n, _DOC_NODES)]
     return "\n\n".join(d for d in docs if d and len(d) >= min_chars)
 
@@ -113,7 +153,8 @@ def _dists(cfg: DataConfig, min_chars: int = 200) -> list[tuple[str, str, str]]:
     wanted = {n.lower().replace("_", "-") for n in cfg.prose_dists}
     seen = {}
     for md in (d.metadata for d in importlib.metadata.distributions()):
-        if md is None: continue
+        if md is None:
+            continue
         name = (md.get("Name") or "").lower().replace("_", "-")
         text = (md.get_payload() or md.get("Description") or "").strip()
         if name in wanted and name != "composer2" and len(text) >= min_chars:
@@ -125,10 +166,11 @@ def _prose(cfg, code, dists, progress=False) -> list[tuple[str, str, str]]:
     "(name, split key, text) per prose document, sorted by name, capped at `prose_max_docs`."
     cfg, docs = _dc(cfg), []
     for f, t in tqdm(code, desc="docstrings", disable=not progress, leave=False):
-        if d := _docstrings(t): docs.append((f"doc/{f.name}", f.name, d))
+        if d := _docstrings(t):
+            docs.append((f"doc/{f.name}", f.name, d))
     docs += [(f"dist/{n}", f"dist/{n}", t) for n, _, t in dists]
     if cfg.prose_max_docs and len(docs) > cfg.prose_max_docs:
-        docs = sorted(docs, key=lambda d: (_score("keep", d[0]), d[0]))[:cfg.prose_max_docs]
+        docs = sorted(docs, key=lambda d: (_score("keep", d[0]), d[0]))[: cfg.prose_max_docs]
     return sorted(docs)
 
 # %% ../../nbs/10_data.ipynb #01c010-4
@@ -155,6 +197,7 @@ def _manifest(cfg, code, dists) -> dict:
     key = _sha(json.dumps([FORMAT, files, ds, conf], sort_keys=True).encode())[:16]
     return {"key": key, "format": FORMAT, "python": sys.version.split()[0], "config": conf, "files": files, "dists": ds}
 
+
 def manifest(cfg: DataConfig) -> dict:
     "The build's identity: `files` [{name, sha256, bytes}], `dists`, `config`, `python` and `key`."
     return _manifest(cfg, _code(cfg), _dists(cfg))
@@ -165,16 +208,22 @@ SPLITS = ["code_train", "code_val", "prose_train", "prose_val"]
 # %% ../../nbs/10_data.ipynb #01c019-1
 def _val_names(names: list[str], frac: float) -> set[str]:
     val = {n for n in names if _score("val", n) < frac}
-    if frac > 0 and not val and len(names) >= 2: val = {min(names, key=lambda n: (_score("val", n), n))}
+    if frac > 0 and not val and len(names) >= 2:
+        val = {min(names, key=lambda n: (_score("val", n), n))}
     return val
 
 # %% ../../nbs/10_data.ipynb #01c019-2
 def _train_tokenizer(texts: list[str], vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,  # its bar prints blank lines off a terminal
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        show_progress=False,  # its bar prints blank lines off a terminal
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(texts, trainer, length=len(texts))
     return tok
 
@@ -187,8 +236,10 @@ def _write_shard(tok, texts: list[str], path: Path, desc: str, progress: bool) -
     n = 0
     with open(path, "wb") as fh:
         for i in tqdm(range(0, len(texts), 256), desc=desc, disable=not progress, leave=False):
-            for enc in tok.encode_batch(texts[i:i + 256], add_special_tokens=False):
-                ids = np.asarray(enc.ids + [EOS_ID], dtype="<u2"); ids.tofile(fh); n += len(ids)
+            for enc in tok.encode_batch(texts[i : i + 256], add_special_tokens=False):
+                ids = np.asarray(enc.ids + [EOS_ID], dtype="<u2")
+                ids.tofile(fh)
+                n += len(ids)
     return n
 
 # %% ../../nbs/10_data.ipynb #01c019-5
@@ -197,28 +248,45 @@ def build_data(cfg: Config | DataConfig, progress: bool = True, force: bool = Fa
     t0, dc = time.time(), _dc(cfg)
     code, dists = _code(dc), _dists(dc)
     man = _manifest(dc, code, dists)
-    root = data_root(dc); out = root / man["key"]
-    if (out / "DONE").is_file() and not force: return DataDir(out)
+    root = data_root(dc)
+    out = root / man["key"]
+    if (out / "DONE").is_file() and not force:
+        return DataDir(out)
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{man['key']}.tmp", dir=root))
     try:
-        _jsonl(tmp / "corpus.jsonl", ({"name": f.name, "sha256": _sha(t.encode()), "text": t}
-                                      for f, t in tqdm(code, desc="snapshot", disable=not progress, leave=False)))
+        _jsonl(
+            tmp / "corpus.jsonl",
+            (
+                {"name": f.name, "sha256": _sha(t.encode()), "text": t}
+                for f, t in tqdm(code, desc="snapshot", disable=not progress, leave=False)
+            ),
+        )
         prose = _prose(dc, code, dists, progress)
         _jsonl(tmp / "prose.jsonl", ({"name": n, "text": t} for n, _, t in prose))
         code_val = _val_names([f.name for f, _ in code], dc.val_fraction)
         dist_val = _val_names([k for _, k, _ in prose if k.startswith("dist/")], dc.val_fraction)
         prose_val = {n for n, k, _ in prose if k in code_val or k in dist_val}
-        parts = {"code_train": [t for f, t in code if f.name not in code_val], "code_val": [t for f, t in code if f.name in code_val],
-                 "prose_train": [t for n, _, t in prose if n not in prose_val], "prose_val": [t for n, _, t in prose if n in prose_val]}
+        parts = {
+            "code_train": [t for f, t in code if f.name not in code_val],
+            "code_val": [t for f, t in code if f.name in code_val],
+            "prose_train": [t for n, _, t in prose if n not in prose_val],
+            "prose_val": [t for n, _, t in prose if n in prose_val],
+        }
         tok = _train_tokenizer(parts["code_train"] + parts["prose_train"], dc.vocab_size)
         tok.save(str(tmp / "tokenizer.json"))
         tokens = {s: _write_shard(tok, parts[s], tmp / f"{s}.bin", s, progress) for s in SPLITS}
-        man.update(tokens=tokens, docs={s: len(parts[s]) for s in SPLITS}, vocab_size=tok.get_vocab_size(),
-                   val={"code": sorted(code_val), "prose": sorted(prose_val)}, seconds=round(time.time() - t0, 1))
+        man.update(
+            tokens=tokens,
+            docs={s: len(parts[s]) for s in SPLITS},
+            vocab_size=tok.get_vocab_size(),
+            val={"code": sorted(code_val), "prose": sorted(prose_val)},
+            seconds=round(time.time() - t0, 1),
+        )
         (tmp / "manifest.json").write_text(json.dumps(man, indent=1))
         (tmp / "DONE").write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
-        if out.exists(): shutil.rmtree(out)
+        if out.exists():
+            shutil.rmtree(out)
         tmp.rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -227,17 +295,22 @@ def build_data(cfg: Config | DataConfig, progress: bool = True, force: bool = Fa
 # %% ../../nbs/10_data.ipynb #01c020
 class TokenizerFile:
     "The tokenizer of a directory's `tokenizer.json` (`tokenizer`, `vocab_size`, `encode`, `decode`): what the agent harness reads."
+
     def __init__(self, path):
         from tokenizers import Tokenizer
+
         tp = Path(path) / "tokenizer.json"
-        try: self.tokenizer = Tokenizer.from_file(str(tp))
+        try:
+            self.tokenizer = Tokenizer.from_file(str(tp))
         except Exception as e:
             why = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise C2Error(f"tokenizer file {tp} is unreadable: {why}") from None
         self.vocab_size = self.tokenizer.get_vocab_size()
+
     def encode(self, text: str) -> list[int]:
         "Token ids of `text`; special-token strings become their ids."
         return self.tokenizer.encode(text, add_special_tokens=False).ids
+
     def decode(self, ids) -> str:
         "The text of `ids`, special tokens included: `decode(encode(s)) == s`."
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
@@ -245,41 +318,56 @@ class TokenizerFile:
 # %% ../../nbs/10_data.ipynb #01c020-1
 class DataDir(TokenizerFile):
     "A built data directory: manifest, tokenizer and read-only token shards."
+
     def __init__(self, path, scale: str | None = None):
         self.path, self._internal = Path(path), None
         if not (self.path / "DONE").is_file():
             raise C2Error(f"no built data at {self.path}: run `c2 data build --scale {scale or 'SCALE'}`")
-        try: self.manifest = json.loads((self.path / "manifest.json").read_text())
-        except (OSError, ValueError) as e: raise C2Error(f"manifest {self.path / 'manifest.json'} is unreadable: {e}") from None
+        try:
+            self.manifest = json.loads((self.path / "manifest.json").read_text())
+        except (OSError, ValueError) as e:
+            raise C2Error(f"manifest {self.path / 'manifest.json'} is unreadable: {e}") from None
         super().__init__(self.path)
+
     def tokens(self, split: str) -> np.memmap:
         "The packed uint16 token stream of `split` (one of `SPLITS`), memory-mapped read-only."
-        if split not in SPLITS: raise C2Error(f"unknown split {split!r} (choose from {', '.join(SPLITS)})")
+        if split not in SPLITS:
+            raise C2Error(f"unknown split {split!r} (choose from {', '.join(SPLITS)})")
         p = self.path / f"{split}.bin"  # numpy cannot map an empty file
         return np.memmap(p, dtype="<u2", mode="r") if p.stat().st_size else np.zeros(0, dtype="<u2")
+
     def internal_tokens(self) -> np.ndarray:
         "The internal codebase encoded with this tokenizer (computed on first use, kept in memory only)."
-        if self._internal is None: self._internal = np.asarray(self.encode(internal_codebase()), dtype="<u2")
+        if self._internal is None:
+            self._internal = np.asarray(self.encode(internal_codebase()), dtype="<u2")
         return self._internal
-    def __repr__(self): return f"DataDir({str(self.path)!r})"
+
+    def __repr__(self):
+        return f"DataDir({str(self.path)!r})"
 
 # %% ../../nbs/10_data.ipynb #01c020-2
 def open_data(cfg: Config | DataConfig) -> DataDir:
     "The built `DataDir` for `cfg`'s manifest key; `C2Error` if it was never built."
-    return DataDir(data_root(dc := _dc(cfg)) / manifest(dc)["key"], scale=cfg.scale if isinstance(cfg, Config) else None)
+    return DataDir(
+        data_root(dc := _dc(cfg)) / manifest(dc)["key"], scale=cfg.scale if isinstance(cfg, Config) else None
+    )
 
 # %% ../../nbs/10_data.ipynb #01c025
-def eval_windows(tokens, seq_len: int, stride: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def eval_windows(
+    tokens, seq_len: int, stride: int | None = None
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     "Rolling windows (x, y, mask) of shape (T,) over `tokens`; `mask` marks targets scored for the first time."
     stride = stride or max(1, seq_len // 2)
     n_tgt = len(tokens) - 1
-    if n_tgt < 1: return
+    if n_tgt < 1:
+        return
     t = torch.from_numpy(np.asarray(tokens, dtype=np.int64))
     L = min(seq_len, n_tgt)
     starts = list(range(0, n_tgt - L + 1, stride))
-    if starts[-1] != n_tgt - L: starts.append(n_tgt - L)
+    if starts[-1] != n_tgt - L:
+        starts.append(n_tgt - L)
     done = 0  # targets [0, done) already scored
     for b in starts:
         mask = torch.arange(b, b + L) >= done
-        yield t[b:b + L], t[b + 1:b + L + 1], mask
+        yield t[b : b + L], t[b + 1 : b + L + 1], mask
         done = b + L

@@ -22,10 +22,14 @@ __all__ = ['CHAT_TEMPLATE', 'hf_config', 'to_hf', 'hf_config_to_model', 'from_hf
 def _check(cfg: ModelConfig):
     "Raise a one-line `C2Error` for a model no Hugging Face class computes exactly."
     if cfg.gate == "softmax" and not cfg.norm_topk:
-        raise C2Error("to_hf: model.gate=softmax with model.norm_topk=false has no Hugging Face equivalent "
-                      "(Ernie4_5_Moe always renormalises the top-k gate weights)")
+        raise C2Error(
+            "to_hf: model.gate=softmax with model.norm_topk=false has no Hugging Face equivalent "
+            "(Ernie4_5_Moe always renormalises the top-k gate weights)"
+        )
     if cfg.gate == "sigmoid" and cfg.n_experts < 2:
-        raise C2Error("to_hf: model.gate=sigmoid needs model.n_experts >= 2 (Glm4Moe scores its expert group by its top 2)")
+        raise C2Error(
+            "to_hf: model.gate=sigmoid needs model.n_experts >= 2 (Glm4Moe scores its expert group by its top 2)"
+        )
 
 # %% ../../nbs/95_hf.ipynb #22c06-1
 def hf_config(cfg: ModelConfig, pad_id: int = 0, eos_id: int | None = 1):
@@ -33,23 +37,55 @@ def hf_config(cfg: ModelConfig, pad_id: int = 0, eos_id: int | None = 1):
     `Glm4MoeConfig` for `gate=sigmoid`. `pad_id`/`eos_id` default to composer2's tokenizer (`<|pad|>` 0, `<|eos|>` 1).
     The MTP modules are not represented (HF's MTP layer is a copy of the last MoE decoder layer, ours a dense block)."""
     from transformers import Ernie4_5_MoeConfig, Glm4MoeConfig
+
     _check(cfg)
-    common = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.dense_hidden,
-                  num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
-                  head_dim=cfg.head_dim, hidden_act="silu", max_position_embeddings=cfg.max_seq_len, rms_norm_eps=1e-6,
-                  tie_word_embeddings=cfg.tie_embeddings, moe_intermediate_size=cfg.expert_hidden,
-                  pad_token_id=pad_id, bos_token_id=None, eos_token_id=eos_id, initializer_range=cfg.init_std,
-                  torch_dtype=torch.float32)
+    common = dict(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        intermediate_size=cfg.dense_hidden,
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.n_kv_heads,
+        head_dim=cfg.head_dim,
+        hidden_act="silu",
+        max_position_embeddings=cfg.max_seq_len,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=cfg.tie_embeddings,
+        moe_intermediate_size=cfg.expert_hidden,
+        pad_token_id=pad_id,
+        bos_token_id=None,
+        eos_token_id=eos_id,
+        initializer_range=cfg.init_std,
+        torch_dtype=torch.float32,
+    )
     if cfg.gate == "softmax":
-        return Ernie4_5_MoeConfig(**common, rope_parameters=dict(rope_type="default", rope_theta=cfg.rope_base),
-                                  use_bias=False, moe_k=cfg.top_k, moe_num_experts=cfg.n_experts,
-                                  moe_num_shared_experts=cfg.n_shared_experts, moe_layer_start_index=cfg.n_dense_layers,
-                                  moe_layer_end_index=cfg.n_layers - 1, moe_layer_interval=1, moe_norm_min=1e-20)
-    return Glm4MoeConfig(**common, rope_parameters=dict(rope_type="default", rope_theta=cfg.rope_base, partial_rotary_factor=1.0),
-                         attention_bias=False, num_experts_per_tok=cfg.top_k, n_routed_experts=cfg.n_experts,
-                         n_shared_experts=cfg.n_shared_experts, routed_scaling_factor=1.0, n_group=1, topk_group=1,
-                         first_k_dense_replace=cfg.n_dense_layers, norm_topk_prob=cfg.norm_topk, use_qk_norm=False,
-                         num_mtp_layers=0)
+        return Ernie4_5_MoeConfig(
+            **common,
+            rope_parameters=dict(rope_type="default", rope_theta=cfg.rope_base),
+            use_bias=False,
+            moe_k=cfg.top_k,
+            moe_num_experts=cfg.n_experts,
+            moe_num_shared_experts=cfg.n_shared_experts,
+            moe_layer_start_index=cfg.n_dense_layers,
+            moe_layer_end_index=cfg.n_layers - 1,
+            moe_layer_interval=1,
+            moe_norm_min=1e-20,
+        )
+    return Glm4MoeConfig(
+        **common,
+        rope_parameters=dict(rope_type="default", rope_theta=cfg.rope_base, partial_rotary_factor=1.0),
+        attention_bias=False,
+        num_experts_per_tok=cfg.top_k,
+        n_routed_experts=cfg.n_experts,
+        n_shared_experts=cfg.n_shared_experts,
+        routed_scaling_factor=1.0,
+        n_group=1,
+        topk_group=1,
+        first_k_dense_replace=cfg.n_dense_layers,
+        norm_topk_prob=cfg.norm_topk,
+        use_qk_norm=False,
+        num_mtp_layers=0,
+    )
 
 # %% ../../nbs/95_hf.ipynb #22c09
 def _pair_rows(hd: int) -> torch.Tensor:
@@ -71,6 +107,7 @@ def to_hf(model: MoETransformer, pad_id: int = 0, eos_id: int | None = 1):
     `balance` does not select with it). Not carried over: the MTP modules, routing replay and the quantised expert
     backends (HF computes with the fp32 master weights). A config HF cannot represent is a one-line `C2Error`."""
     from transformers import Ernie4_5_MoeForCausalLM, Glm4MoeForCausalLM
+
     c = model.cfg
     hcfg = hf_config(c, pad_id, eos_id)
     ernie = c.gate == "softmax"
@@ -78,8 +115,11 @@ def to_hf(model: MoETransformer, pad_id: int = 0, eos_id: int | None = 1):
     H, Hkv, hd = c.n_heads, c.n_kv_heads, c.head_dim
     perm = _pair_rows(hd) if ernie else torch.arange(hd)
     rope_rows = lambda w, n: w.view(n, hd, -1)[:, perm.to(w.device)].reshape(n * hd, -1)
-    sd = {"model.embed_tokens.weight": model.embed.weight, "model.norm.weight": model.norm.weight,
-          "lm_head.weight": model.head.weight}
+    sd = {
+        "model.embed_tokens.weight": model.embed.weight,
+        "model.norm.weight": model.norm.weight,
+        "lm_head.weight": model.head.weight,
+    }
     for i, blk in enumerate(model.blocks):
         p = f"model.layers.{i}."
         a = blk.attn
@@ -92,20 +132,27 @@ def to_hf(model: MoETransformer, pad_id: int = 0, eos_id: int | None = 1):
         sd[p + "post_attention_layernorm.weight"] = blk.ffn_norm.weight
         f = blk.ffn
         if not isinstance(f, MoE):
-            _swiglu(sd, p + "mlp.", f); continue
+            _swiglu(sd, p + "mlp.", f)
+            continue
         bias = f.bias if c.balance in ("aux_free", "both") else torch.zeros_like(f.bias)
         sd[p + "mlp.gate.weight"] = f.router.weight
-        sd[p + ("mlp.gate.moe_statics.e_score_correction_bias" if ernie else "mlp.gate.e_score_correction_bias")] = \
+        sd[p + ("mlp.gate.moe_statics.e_score_correction_bias" if ernie else "mlp.gate.e_score_correction_bias")] = (
             bias[None] if ernie else bias
-        sd[p + "mlp.experts.gate_up_proj"] = f.w_in.transpose(1, 2)     # [E, d, 2h] -> [E, 2h, d]: x @ w_in == x @ W.T
-        sd[p + "mlp.experts.down_proj"] = f.w_out.transpose(1, 2)       # [E, h, d] -> [E, d, h]
-        if f.shared is not None: _swiglu(sd, p + "mlp.shared_experts.", f.shared)
+        )
+        sd[p + "mlp.experts.gate_up_proj"] = f.w_in.transpose(1, 2)  # [E, d, 2h] -> [E, 2h, d]: x @ w_in == x @ W.T
+        sd[p + "mlp.experts.down_proj"] = f.w_out.transpose(1, 2)  # [E, h, d] -> [E, d, h]
+        if f.shared is not None:
+            _swiglu(sd, p + "mlp.shared_experts.", f.shared)
     own = hf.state_dict()
-    sd.update({n: t for n, t in own.items() if n not in sd and t.numel() == 0})   # Glm4Moe's empty shared expert when n_shared_experts=0
+    sd.update(
+        {n: t for n, t in own.items() if n not in sd and t.numel() == 0}
+    )  # Glm4Moe's empty shared expert when n_shared_experts=0
     want = set(own)
-    if set(sd) != want:   # a transformers version with other parameter names: fail loudly rather than half-load
-        raise C2Error(f"to_hf: parameter names differ from {type(hf).__name__}'s: missing {sorted(want - set(sd))[:3]}, "
-                      f"unexpected {sorted(set(sd) - want)[:3]}")
+    if set(sd) != want:  # a transformers version with other parameter names: fail loudly rather than half-load
+        raise C2Error(
+            f"to_hf: parameter names differ from {type(hf).__name__}'s: missing {sorted(want - set(sd))[:3]}, "
+            f"unexpected {sorted(set(sd) - want)[:3]}"
+        )
     hf.load_state_dict({n: t.detach().float().contiguous() for n, t in sd.items()})
     return hf.to(device=model.embed.weight.device, dtype=torch.float32).eval()
 
@@ -118,27 +165,51 @@ def hf_config_to_model(hc) -> ModelConfig:
         raise C2Error(f"import: {kind} is not supported (Ernie4_5_MoeConfig or Glm4MoeConfig)")
     ernie, rope = kind == "Ernie4_5_MoeConfig", dict(getattr(hc, "rope_parameters", None) or {})
     g = lambda name, default=None: getattr(hc, name, default)
-    bad = [("rope_type other than default", rope.get("rope_type", "default") != "default"),
-           ("hidden_act other than silu", g("hidden_act") != "silu")]
+    bad = [
+        ("rope_type other than default", rope.get("rope_type", "default") != "default"),
+        ("hidden_act other than silu", g("hidden_act") != "silu"),
+    ]
     if ernie:
-        bad += [("use_bias", g("use_bias")), ("moe_layer_interval != 1", g("moe_layer_interval") != 1),
-                ("MoE layers that stop before the last layer", g("moe_layer_end_index") not in (-1, hc.num_hidden_layers - 1))]
+        bad += [
+            ("use_bias", g("use_bias")),
+            ("moe_layer_interval != 1", g("moe_layer_interval") != 1),
+            (
+                "MoE layers that stop before the last layer",
+                g("moe_layer_end_index") not in (-1, hc.num_hidden_layers - 1),
+            ),
+        ]
     else:
-        bad += [("attention_bias", g("attention_bias")), ("routed_scaling_factor != 1", g("routed_scaling_factor") != 1.0),
-                ("group-limited routing (n_group or topk_group > 1)", g("n_group") != 1 or g("topk_group") != 1),
-                ("use_qk_norm", g("use_qk_norm")), ("partial_rotary_factor != 1", rope.get("partial_rotary_factor", 1.0) != 1.0)]
+        bad += [
+            ("attention_bias", g("attention_bias")),
+            ("routed_scaling_factor != 1", g("routed_scaling_factor") != 1.0),
+            ("group-limited routing (n_group or topk_group > 1)", g("n_group") != 1 or g("topk_group") != 1),
+            ("use_qk_norm", g("use_qk_norm")),
+            ("partial_rotary_factor != 1", rope.get("partial_rotary_factor", 1.0) != 1.0),
+        ]
     for what, hit in bad:
-        if hit: raise C2Error(f"import: {kind} with {what} has no composer2 equivalent")
-    return ModelConfig(vocab_size=hc.vocab_size, d_model=hc.hidden_size, n_layers=hc.num_hidden_layers,
-                       n_heads=hc.num_attention_heads, n_kv_heads=hc.num_key_value_heads, head_dim=hc.head_dim,
-                       max_seq_len=hc.max_position_embeddings, rope_base=float(rope.get("rope_theta", 10000.0)),
-                       n_dense_layers=hc.moe_layer_start_index if ernie else hc.first_k_dense_replace,
-                       dense_hidden=hc.intermediate_size, tie_embeddings=bool(hc.tie_word_embeddings),
-                       n_experts=hc.moe_num_experts if ernie else hc.n_routed_experts,
-                       n_shared_experts=hc.moe_num_shared_experts if ernie else hc.n_shared_experts,
-                       top_k=hc.moe_k if ernie else hc.num_experts_per_tok, expert_hidden=hc.moe_intermediate_size,
-                       gate="softmax" if ernie else "sigmoid", norm_topk=True if ernie else bool(hc.norm_topk_prob),
-                       mtp_depth=0, init_std=hc.initializer_range)
+        if hit:
+            raise C2Error(f"import: {kind} with {what} has no composer2 equivalent")
+    return ModelConfig(
+        vocab_size=hc.vocab_size,
+        d_model=hc.hidden_size,
+        n_layers=hc.num_hidden_layers,
+        n_heads=hc.num_attention_heads,
+        n_kv_heads=hc.num_key_value_heads,
+        head_dim=hc.head_dim,
+        max_seq_len=hc.max_position_embeddings,
+        rope_base=float(rope.get("rope_theta", 10000.0)),
+        n_dense_layers=hc.moe_layer_start_index if ernie else hc.first_k_dense_replace,
+        dense_hidden=hc.intermediate_size,
+        tie_embeddings=bool(hc.tie_word_embeddings),
+        n_experts=hc.moe_num_experts if ernie else hc.n_routed_experts,
+        n_shared_experts=hc.moe_num_shared_experts if ernie else hc.n_shared_experts,
+        top_k=hc.moe_k if ernie else hc.num_experts_per_tok,
+        expert_hidden=hc.moe_intermediate_size,
+        gate="softmax" if ernie else "sigmoid",
+        norm_topk=True if ernie else bool(hc.norm_topk_prob),
+        mtp_depth=0,
+        init_std=hc.initializer_range,
+    )
 
 # %% ../../nbs/95_hf.ipynb #22c19b-1
 @torch.no_grad()
@@ -153,20 +224,31 @@ def from_hf(hf, cfg: ModelConfig | None = None) -> MoETransformer:
     inv = torch.argsort(_pair_rows(hd)) if ernie else torch.arange(hd)
     unrope = lambda w, n: w.view(n, hd, -1)[:, inv].reshape(n * hd, -1)
     glu = lambda p: torch.cat([sd[p + "gate_proj.weight"], sd[p + "up_proj.weight"]], 0)
-    own = {"embed.weight": sd["model.embed_tokens.weight"], "norm.weight": sd["model.norm.weight"],
-           "head.weight": sd.get("lm_head.weight", sd["model.embed_tokens.weight"])}
+    own = {
+        "embed.weight": sd["model.embed_tokens.weight"],
+        "norm.weight": sd["model.norm.weight"],
+        "head.weight": sd.get("lm_head.weight", sd["model.embed_tokens.weight"]),
+    }
     for i, blk in enumerate(model.blocks):
         p, q = f"model.layers.{i}.", f"blocks.{i}."
         own[q + "attn.wq.weight"] = unrope(sd[p + "self_attn.q_proj.weight"], H)
-        own[q + "attn.wkv.weight"] = torch.cat([unrope(sd[p + "self_attn.k_proj.weight"], Hkv), sd[p + "self_attn.v_proj.weight"]], 0)
+        own[q + "attn.wkv.weight"] = torch.cat(
+            [unrope(sd[p + "self_attn.k_proj.weight"], Hkv), sd[p + "self_attn.v_proj.weight"]], 0
+        )
         own[q + "attn.wo.weight"] = sd[p + "self_attn.o_proj.weight"]
-        own[q + "attn_norm.weight"], own[q + "ffn_norm.weight"] = sd[p + "input_layernorm.weight"], sd[p + "post_attention_layernorm.weight"]
+        own[q + "attn_norm.weight"], own[q + "ffn_norm.weight"] = (
+            sd[p + "input_layernorm.weight"],
+            sd[p + "post_attention_layernorm.weight"],
+        )
         if not isinstance(blk.ffn, MoE):
             own[q + "ffn.w_in.weight"], own[q + "ffn.w_out.weight"] = glu(p + "mlp."), sd[p + "mlp.down_proj.weight"]
             continue
         own[q + "ffn.router.weight"] = sd[p + "mlp.gate.weight"]
-        own[q + "ffn.bias"] = (sd[p + "mlp.gate.moe_statics.e_score_correction_bias"][0] if ernie
-                               else sd[p + "mlp.gate.e_score_correction_bias"])
+        own[q + "ffn.bias"] = (
+            sd[p + "mlp.gate.moe_statics.e_score_correction_bias"][0]
+            if ernie
+            else sd[p + "mlp.gate.e_score_correction_bias"]
+        )
         own[q + "ffn.w_in"] = sd[p + "mlp.experts.gate_up_proj"].transpose(1, 2)
         own[q + "ffn.w_out"] = sd[p + "mlp.experts.down_proj"].transpose(1, 2)
         if blk.ffn.shared is not None:
@@ -174,23 +256,31 @@ def from_hf(hf, cfg: ModelConfig | None = None) -> MoETransformer:
             own[q + "ffn.shared.w_out.weight"] = sd[p + "mlp.shared_experts.down_proj.weight"]
     missing, unexpected = model.load_state_dict({n: t.contiguous() for n, t in own.items()}, strict=False)
     missing = [n for n in missing if not (n.startswith("mtp.") or n.endswith(".load"))]
-    if missing or unexpected:   # a transformers version with other parameter names: fail loudly rather than half-load
+    if missing or unexpected:  # a transformers version with other parameter names: fail loudly rather than half-load
         raise C2Error(f"from_hf: weights do not fit (missing {missing[:3]}, unexpected {unexpected[:3]})")
     return model.eval()
 
 # %% ../../nbs/95_hf.ipynb #22c19e
-_CHAT_ROLES = {"system": ("<|system|>", "<|end_turn|>"), "user": ("<|user|>", "<|end_turn|>"),
-               "assistant": ("<|assistant|>", "<|end_turn|>"), "tool_result": ("<|tool_result|>", "<|/tool_result|>"),
-               "tool": ("<|tool_result|>", "<|/tool_result|>"), "summary": ("<|summary|>", "<|/summary|>")}
-CHAT_TEMPLATE = ("{%- set wrap = " + json.dumps({r: list(w) for r, w in _CHAT_ROLES.items()}) + " -%}"
-                 "{%- for m in messages -%}{{ wrap[m['role']][0] }}{{ m['content'] }}{{ wrap[m['role']][1] }}{%- endfor -%}"
-                 "{%- if add_generation_prompt -%}<|assistant|>{%- endif -%}")
+_CHAT_ROLES = {
+    "system": ("<|system|>", "<|end_turn|>"),
+    "user": ("<|user|>", "<|end_turn|>"),
+    "assistant": ("<|assistant|>", "<|end_turn|>"),
+    "tool_result": ("<|tool_result|>", "<|/tool_result|>"),
+    "tool": ("<|tool_result|>", "<|/tool_result|>"),
+    "summary": ("<|summary|>", "<|/summary|>"),
+}
+CHAT_TEMPLATE = (
+    "{%- set wrap = " + json.dumps({r: list(w) for r, w in _CHAT_ROLES.items()}) + " -%}"
+    "{%- for m in messages -%}{{ wrap[m['role']][0] }}{{ m['content'] }}{{ wrap[m['role']][1] }}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|assistant|>{%- endif -%}"
+)
 
 # %% ../../nbs/95_hf.ipynb #22c19e-1
 def hf_tokenizer(data):
     """composer2's tokenizer (of `data`, a `DataDir`) as a `transformers` fast tokenizer: its special tokens, `<|pad|>`
     and `<|eos|>`, and `CHAT_TEMPLATE` (composer2's transcript format; HF's `tool` role is our `tool_result`)."""
     from transformers import PreTrainedTokenizerFast
+
     tok = PreTrainedTokenizerFast(tokenizer_object=data.tokenizer, pad_token="<|pad|>", eos_token="<|eos|>")
     tok.chat_template = CHAT_TEMPLATE
     return tok
@@ -201,19 +291,26 @@ def export_hf(model: MoETransformer, out, data=None) -> Path:
     `AutoTokenizer.from_pretrained`) load it offline, with `composer2.json` and the MTP weights beside (see above).
     Written to a temporary sibling and renamed: a killed export leaves no half directory at `out`."""
     from safetensors.torch import save_file
+
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())): raise C2Error(f"{out} exists and is not empty: choose a new directory")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise C2Error(f"{out} exists and is not empty: choose a new directory")
     tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
     try:
         to_hf(model).save_pretrained(tmp)
         (tmp / "composer2.json").write_text(json.dumps(dataclasses.asdict(model.cfg), indent=1) + "\n")
         mtp = {n: t.detach().contiguous() for n, t in model.state_dict().items() if n.startswith("mtp.")}
-        if mtp: save_file(mtp, str(tmp / "composer2_mtp.safetensors"))
-        if data is not None: hf_tokenizer(data).save_pretrained(tmp)
-        if out.exists(): out.rmdir()
+        if mtp:
+            save_file(mtp, str(tmp / "composer2_mtp.safetensors"))
+        if data is not None:
+            hf_tokenizer(data).save_pretrained(tmp)
+        if out.exists():
+            out.rmdir()
         tmp.rename(out)
-    finally: shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 # %% ../../nbs/95_hf.ipynb #22c19e-3
@@ -222,38 +319,48 @@ def import_hf(path) -> MoETransformer:
     `Ernie4_5_MoeForCausalLM` / `Glm4MoeForCausalLM` checkpoint (no MTP modules). A directory that is not one is one line."""
     from transformers import AutoConfig, AutoModelForCausalLM
     from safetensors.torch import load_file
+
     path = Path(path)
-    if not (path / "config.json").is_file(): raise C2Error(f"{path} is not a Hugging Face model directory (no config.json)")
+    if not (path / "config.json").is_file():
+        raise C2Error(f"{path} is not a Hugging Face model directory (no config.json)")
     derived = hf_config_to_model(AutoConfig.from_pretrained(path))
     cfg = derived
     if (path / "composer2.json").is_file():
         cfg = ModelConfig(**json.loads((path / "composer2.json").read_text()))
         for f in dataclasses.fields(derived):
             if f.name not in ("mtp_depth", "init_std") and getattr(cfg, f.name) != getattr(derived, f.name):
-                raise C2Error(f"{path}: composer2.json and config.json disagree on {f.name} "
-                              f"({getattr(cfg, f.name)!r} vs {getattr(derived, f.name)!r})")
+                raise C2Error(
+                    f"{path}: composer2.json and config.json disagree on {f.name} "
+                    f"({getattr(cfg, f.name)!r} vs {getattr(derived, f.name)!r})"
+                )
     model = from_hf(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), cfg)
     if cfg.mtp_depth:
         mtp = path / "composer2_mtp.safetensors"
-        if not mtp.is_file(): raise C2Error(f"{path}: composer2.json has {cfg.mtp_depth} MTP module(s) but {mtp.name} is missing")
+        if not mtp.is_file():
+            raise C2Error(f"{path}: composer2.json has {cfg.mtp_depth} MTP module(s) but {mtp.name} is missing")
         _, unexpected = model.load_state_dict(load_file(str(mtp)), strict=False)
-        if unexpected: raise C2Error(f"{mtp}: unexpected tensors {unexpected[:3]}")
+        if unexpected:
+            raise C2Error(f"{mtp}: unexpected tensors {unexpected[:3]}")
     return model.eval()
 
 # %% ../../nbs/95_hf.ipynb #22c19h
 class TokenizerData(TokenizerFile):
     "What the harness reads of a `DataDir` (`composer2.data.corpus.TokenizerFile`), over a Hugging Face directory's `tokenizer.json`."
+
     def __init__(self, path):
         if not (Path(path) / "tokenizer.json").is_file():
-            raise C2Error(f"{path} has no tokenizer.json (a fast tokenizer): the harness cannot render transcripts for it")
+            raise C2Error(
+                f"{path} has no tokenizer.json (a fast tokenizer): the harness cannot render transcripts for it"
+            )
         super().__init__(path)
 
 # %% ../../nbs/95_hf.ipynb #22c19h-1
 class HFServer:
     "`DecodeServer`'s interface over a Hugging Face causal LM `hf`, for evaluation (see above)."
+
     def __init__(self, hf, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0):
         self.hf, self.T, self.top_p, self.seed = hf.eval(), temperature, top_p, seed
-        self.seqs: dict[int, list] = {}                 # sequence id -> [fed token ids, stream key, draws so far]
+        self.seqs: dict[int, list] = {}  # sequence id -> [fed token ids, stream key, draws so far]
         self._next, self._lock = 0, threading.Lock()
         self.stats = dict(sampled=0, fed=0, decode_steps=0, decode_rows=0, prefills=0, busy_s=0.0)
 
@@ -264,9 +371,11 @@ class HFServer:
             return sid
 
     def close(self, sid: int):
-        with self._lock: self.seqs.pop(sid, None)
+        with self._lock:
+            self.seqs.pop(sid, None)
 
-    def shutdown(self): pass
+    def shutdown(self):
+        pass
 
     @torch.no_grad()
     def generate(self, sid: int, new: list[int], max_new_tokens: int, stop_ids=(1,), reset: bool = False) -> Generation:
@@ -276,34 +385,63 @@ class HFServer:
             ids = ([] if reset else st[0]) + list(new)
             dev = self.hf.device
             x = torch.tensor([ids], device=dev)
-            kw = dict(do_sample=False) if self.T == 0 else dict(do_sample=True, temperature=self.T, top_p=self.top_p, top_k=0)
-            if self.T: torch.manual_seed(stream_key(st[1], st[2]) % 2 ** 63)
-            out = self.hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, eos_token_id=list(stop_ids),
-                                   pad_token_id=self.hf.config.pad_token_id, return_dict_in_generate=True, output_logits=True, **kw)
-            toks = out.sequences[0, len(ids):].tolist()
+            kw = (
+                dict(do_sample=False)
+                if self.T == 0
+                else dict(do_sample=True, temperature=self.T, top_p=self.top_p, top_k=0)
+            )
+            if self.T:
+                torch.manual_seed(stream_key(st[1], st[2]) % 2**63)
+            out = self.hf.generate(
+                x,
+                attention_mask=torch.ones_like(x),
+                max_new_tokens=max_new_tokens,
+                eos_token_id=list(stop_ids),
+                pad_token_id=self.hf.config.pad_token_id,
+                return_dict_in_generate=True,
+                output_logits=True,
+                **kw,
+            )
+            toks = out.sequences[0, len(ids) :].tolist()
             lps = [float((lg[0].float() / (self.T or 1.0)).log_softmax(-1)[t]) for lg, t in zip(out.logits, toks)]
             st[0], st[2] = ids + toks[:-1], st[2] + len(toks)
             n_fed = len(new) + len(toks) - 1
-            self.stats["sampled"] += len(toks); self.stats["fed"] += n_fed; self.stats["prefills"] += 1
+            self.stats["sampled"] += len(toks)
+            self.stats["fed"] += n_fed
+            self.stats["prefills"] += 1
             self.stats["busy_s"] += time.perf_counter() - t0
-            return Generation(toks, lps, [0] * len(toks), torch.zeros((n_fed, 0, 0), dtype=torch.uint8),
-                              "stop" if toks and toks[-1] in stop_ids else "length", [0] * n_fed)
+            return Generation(
+                toks,
+                lps,
+                [0] * len(toks),
+                torch.zeros((n_fed, 0, 0), dtype=torch.uint8),
+                "stop" if toks and toks[-1] in stop_ids else "length",
+                [0] * n_fed,
+            )
 
 # %% ../../nbs/95_hf.ipynb #22c19h-r
 def chat_roles(tok) -> dict[str, str]:
     "{our role: the chat template's role}: `tool_result` -> 'tool' when the template renders a tool message, else 'user'."
-    probe = [dict(role="system", content="s"), dict(role="user", content="u"), dict(role="assistant", content="a"),
-             dict(role="tool", content="TOOL-PROBE")]
-    try: tool = "TOOL-PROBE" in tok.apply_chat_template(probe, tokenize=False)
-    except Exception: tool = False   # templates raise on roles they do not know
-    return dict(system="system", user="user", assistant="assistant", tool_result="tool" if tool else "user", summary="user")
+    probe = [
+        dict(role="system", content="s"),
+        dict(role="user", content="u"),
+        dict(role="assistant", content="a"),
+        dict(role="tool", content="TOOL-PROBE"),
+    ]
+    try:
+        tool = "TOOL-PROBE" in tok.apply_chat_template(probe, tokenize=False)
+    except Exception:
+        tool = False  # templates raise on roles they do not know
+    return dict(
+        system="system", user="user", assistant="assistant", tool_result="tool" if tool else "user", summary="user"
+    )
 
 # %% ../../nbs/95_hf.ipynb #22c19h-t
 def turn_end_ids(tok) -> list[int]:
     "Token ids that end an assistant turn: the one the chat template writes after a reply (if a special token) and EOS."
     msgs = [dict(role="user", content="u"), dict(role="assistant", content="REPLY-PROBE")]
     text = tok.apply_chat_template(msgs, tokenize=False)
-    after = tok(text[text.index("REPLY-PROBE") + len("REPLY-PROBE"):], add_special_tokens=False)["input_ids"]
+    after = tok(text[text.index("REPLY-PROBE") + len("REPLY-PROBE") :], add_special_tokens=False)["input_ids"]
     ids = [after[0]] if after and after[0] in tok.all_special_ids + list(tok.added_tokens_decoder) else []
     return ids + [i for i in [tok.eos_token_id] if i is not None and i not in ids]
 
@@ -315,11 +453,29 @@ class ChatPolicy:
     the tool-call markers of an exported composer2 model). A turn whose prompt and reply would pass `max_context` tokens
     is empty (which ends the episode). `generated` counts the sampled tokens, `prefill` the prompt tokens encoded (the
     whole transcript every turn: no KV cache is kept between turns); `prompts` keeps the rendered text of every turn."""
-    _lock = threading.Lock()                          # one generate() at a time: episodes on threads share the model
-    def __init__(self, hf, tok, temperature: float = 0.0, max_new_tokens: int = 256, stream: int = 0, top_p: float = 1.0,
-                 max_context: int | None = None):
-        if getattr(tok, "chat_template", None) is None: raise C2Error("the tokenizer has no chat template: ChatPolicy needs one")
-        self.hf, self.tok, self.T, self.top_p, self.max_new, self.stream = hf.eval(), tok, temperature, top_p, max_new_tokens, stream
+
+    _lock = threading.Lock()  # one generate() at a time: episodes on threads share the model
+
+    def __init__(
+        self,
+        hf,
+        tok,
+        temperature: float = 0.0,
+        max_new_tokens: int = 256,
+        stream: int = 0,
+        top_p: float = 1.0,
+        max_context: int | None = None,
+    ):
+        if getattr(tok, "chat_template", None) is None:
+            raise C2Error("the tokenizer has no chat template: ChatPolicy needs one")
+        self.hf, self.tok, self.T, self.top_p, self.max_new, self.stream = (
+            hf.eval(),
+            tok,
+            temperature,
+            top_p,
+            max_new_tokens,
+            stream,
+        )
         self.roles, self.stop, self.generated, self.prompts = chat_roles(tok), turn_end_ids(tok), 0, []
         self.max_context, self.prefill = max_context, 0
 
@@ -331,17 +487,30 @@ class ChatPolicy:
         self.prompts.append(text)
         ids = self.tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self.hf.device)
         room = self.max_new if self.max_context is None else min(self.max_new, self.max_context - ids.shape[1])
-        if room <= 0: return ""                         # no room left: an empty turn ends the episode
+        if room <= 0:
+            return ""  # no room left: an empty turn ends the episode
         self.prefill += ids.shape[1]
-        kw = dict(do_sample=False) if self.T == 0 else dict(do_sample=True, temperature=self.T, top_p=self.top_p, top_k=0)
+        kw = (
+            dict(do_sample=False)
+            if self.T == 0
+            else dict(do_sample=True, temperature=self.T, top_p=self.top_p, top_k=0)
+        )
         pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.stop[-1]
         with self._lock:
-            if self.T: torch.manual_seed(stream_key(self.stream, len(self.prompts)) % 2 ** 63)
-            out = self.hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=room, eos_token_id=self.stop,
-                                   pad_token_id=pad, **kw)
-        new = out[0, ids.shape[1]:].tolist()
+            if self.T:
+                torch.manual_seed(stream_key(self.stream, len(self.prompts)) % 2**63)
+            out = self.hf.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=room,
+                eos_token_id=self.stop,
+                pad_token_id=pad,
+                **kw,
+            )
+        new = out[0, ids.shape[1] :].tolist()
         self.generated += len(new)
-        if new and new[-1] in self.stop: new = new[:-1]
+        if new and new[-1] in self.stop:
+            new = new[:-1]
         return self.tok.decode(new, skip_special_tokens=False)
 
 # %% ../../nbs/95_hf.ipynb #22c19h-e
@@ -353,41 +522,69 @@ def evaluate_chat(cfg: Config, path, tasks: list, k: int, seed: int = 0, on_prog
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from composer2.agent.episode import run_episode
     from composer2.config import rl_context
+
     hf, tok = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), AutoTokenizer.from_pretrained(path)
     out, done = [], 0
     for t in tasks:
-        row = dict(task=t.id, solved=[], rewards=[], turns=[], summaries=[0] * k, tokens=0, errors=0, sampled=[], prefill=[],
-                   summary_prefill=[0] * k)
+        row = dict(
+            task=t.id,
+            solved=[],
+            rewards=[],
+            turns=[],
+            summaries=[0] * k,
+            tokens=0,
+            errors=0,
+            sampled=[],
+            prefill=[],
+            summary_prefill=[0] * k,
+        )
         for j in range(k):
-            pol = ChatPolicy(hf, tok, cfg.rl.temperature, cfg.rl.max_new_tokens, stream=stream_key("eval", seed, t.id, j),
-                             max_context=rl_context(cfg))
-            try: ep = run_episode(t, pol, cfg)
+            pol = ChatPolicy(
+                hf,
+                tok,
+                cfg.rl.temperature,
+                cfg.rl.max_new_tokens,
+                stream=stream_key("eval", seed, t.id, j),
+                max_context=rl_context(cfg),
+            )
+            try:
+                ep = run_episode(t, pol, cfg)
             except Exception as e:
                 print(f"c2: warning: episode of {t.id} failed: {type(e).__name__}: {e}"[:300], file=sys.stderr)
-                ep = None; row["errors"] += 1
-            row["solved"].append(bool(ep and ep.solved)); row["rewards"].append(ep.reward.total if ep else 0.0)
-            row["turns"].append(ep.turns if ep else 0); row["tokens"] += pol.generated
-            row["sampled"].append(pol.generated if ep else 0); row["prefill"].append(pol.prefill if ep else 0)
+                ep = None
+                row["errors"] += 1
+            row["solved"].append(bool(ep and ep.solved))
+            row["rewards"].append(ep.reward.total if ep else 0.0)
+            row["turns"].append(ep.turns if ep else 0)
+            row["tokens"] += pol.generated
+            row["sampled"].append(pol.generated if ep else 0)
+            row["prefill"].append(pol.prefill if ep else 0)
             done += 1
-            if on_progress: on_progress(done)
+            if on_progress:
+                on_progress(done)
         out.append(row)
     return out
 
 # %% ../../nbs/95_hf.ipynb #22c19h-2
 def speaks_composer2(path) -> bool:
     "Whether the Hugging Face directory's tokenizer carries composer2's agent-format special tokens (an `export_hf` directory)."
-    if not (Path(path) / "tokenizer.json").is_file(): return False
+    if not (Path(path) / "tokenizer.json").is_file():
+        return False
     tok = TokenizerData(path).tokenizer
     return all(tok.token_to_id(t) is not None for t in SPECIAL_TOKENS)
+
 
 def evaluate_hf(cfg: Config, path, tasks: list, k: int, seed: int = 0, on_progress=None) -> list[dict]:
     """`composer2.rl.rollout.evaluate_checkpoint` for the Hugging Face directory `path`: an exported composer2 model through
     `HFServer`, `EnginePolicy` and `Rollouts`, any other chat model through `evaluate_chat`; the same per-task results."""
     from transformers import AutoModelForCausalLM
     from composer2.rl.rollout import Rollouts
+
     path = Path(path)
-    if not (path / "config.json").is_file(): raise C2Error(f"{path} is not a Hugging Face model directory (no config.json)")
-    if not speaks_composer2(path): return evaluate_chat(cfg, path, tasks, k, seed, on_progress)
+    if not (path / "config.json").is_file():
+        raise C2Error(f"{path} is not a Hugging Face model directory (no config.json)")
+    if not speaks_composer2(path):
+        return evaluate_chat(cfg, path, tasks, k, seed, on_progress)
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     ro = Rollouts(None, TokenizerData(path), cfg, seed=seed, server=HFServer(hf, cfg.rl.temperature, seed=seed))
     return ro.evaluate(tasks, k, on_progress=on_progress, seed=seed)

@@ -7,8 +7,21 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from .mx_quant import (BLOCK, INTERPRET, MODES, _C, _bits_view, _check_x, _err, _group_blocks,
-                                        _quant_cols, _quant_rows, _tuned, from_mx, to_mx)
+from composer2.kernels.mx_quant import (
+    BLOCK,
+    INTERPRET,
+    MODES,
+    _C,
+    _bits_view,
+    _check_x,
+    _err,
+    _group_blocks,
+    _quant_cols,
+    _quant_rows,
+    _tuned,
+    from_mx,
+    to_mx,
+)
 
 # %% auto #0
 __all__ = ['GEMM_TILES', 'default_impl', 'mx_grouped_mm', 'mx_mm', 'MXGroupedLinear', 'mxfp8_grouped_mm']
@@ -39,10 +52,34 @@ def _group_row_tile(offs_ptr, G, pm, BM: tl.constexpr, G_P2: tl.constexpr):
 
 # %% ../../nbs/21_mx_gemm.ipynb #06c023-2
 @triton.jit
-def _mx_grouped_mm_kernel(a_ptr, sa_ptr, b_ptr, sb_ptr, c_ptr, offs_ptr, N, K, G,
-                          sam, sak, ssam, ssak, sbe, sbk, sbn, ssbe, ssbk, ssbn, scm, scn,
-                          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G_P2: tl.constexpr,
-                          DOT_SCALED: tl.constexpr):
+def _mx_grouped_mm_kernel(
+    a_ptr,
+    sa_ptr,
+    b_ptr,
+    sb_ptr,
+    c_ptr,
+    offs_ptr,
+    N,
+    K,
+    G,
+    sam,
+    sak,
+    ssam,
+    ssak,
+    sbe,
+    sbk,
+    sbn,
+    ssbe,
+    ssbk,
+    ssbn,
+    scm,
+    scn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    G_P2: tl.constexpr,
+    DOT_SCALED: tl.constexpr,
+):
     """C[rows of group g] = A[rows] @ B[g] with A [M, K] (scales [M, K/32]) and B [G, K, N] (scales
     [G, K/32, N]) both blocked along K; rows of group g are offs[g-1]:offs[g]. Program (row tile, col tile):
     the row tiles of all groups are numbered in order, and each program finds its group from the offsets."""
@@ -57,35 +94,77 @@ def _mx_grouped_mm_kernel(a_ptr, sa_ptr, b_ptr, sb_ptr, c_ptr, offs_ptr, N, K, G
         sb_base = sb_ptr + g.to(tl.int64) * ssbe
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for k0 in range(0, K, BK):
-            if DOT_SCALED:   # block-scaled MMA on sm_100; Triton upcasts to bf16 on Hopper
+            if DOT_SCALED:  # block-scaled MMA on sm_100; Triton upcasts to bf16 on Hopper
                 rk = k0 + tl.arange(0, BK)
                 mk = rk < K
                 a = tl.load(a_ptr + rm64[:, None] * sam + rk[None, :] * sak, mask=mm[:, None] & mk[None, :], other=0.0)
                 b = tl.load(b_base + rk[:, None] * sbk + rn[None, :] * sbn, mask=mk[:, None] & mn[None, :], other=0.0)
                 rkb = k0 // 32 + tl.arange(0, BK // 32)
                 mkb = rkb < K // 32
-                sa = tl.load(sa_ptr + rm64[:, None] * ssam + rkb[None, :] * ssak, mask=mm[:, None] & mkb[None, :], other=127)
-                sbt = tl.load(sb_base + rkb[None, :] * ssbk + rn[:, None] * ssbn, mask=mkb[None, :] & mn[:, None], other=127)
+                sa = tl.load(
+                    sa_ptr + rm64[:, None] * ssam + rkb[None, :] * ssak, mask=mm[:, None] & mkb[None, :], other=127
+                )
+                sbt = tl.load(
+                    sb_base + rkb[None, :] * ssbk + rn[:, None] * ssbn, mask=mkb[None, :] & mn[:, None], other=127
+                )
                 acc = tl.dot_scaled(a, sa, "e4m3", b, sbt, "e4m3", acc)
-            else:            # one fp8 tensor-core product per 32-block, its two scales applied on the CUDA cores
+            else:  # one fp8 tensor-core product per 32-block, its two scales applied on the CUDA cores
                 for j in tl.static_range(BK // 32):
                     rk = k0 + j * 32 + tl.arange(0, 32)
                     mk = rk < K
-                    a = tl.load(a_ptr + rm64[:, None] * sam + rk[None, :] * sak, mask=mm[:, None] & mk[None, :], other=0.0)
-                    b = tl.load(b_base + rk[:, None] * sbk + rn[None, :] * sbn, mask=mk[:, None] & mn[None, :], other=0.0)
+                    a = tl.load(
+                        a_ptr + rm64[:, None] * sam + rk[None, :] * sak, mask=mm[:, None] & mk[None, :], other=0.0
+                    )
+                    b = tl.load(
+                        b_base + rk[:, None] * sbk + rn[None, :] * sbn, mask=mk[:, None] & mn[None, :], other=0.0
+                    )
                     kb = k0 // 32 + j
-                    sa = _scale_f32(tl.load(sa_ptr + rm64 * ssam + kb * ssak, mask=mm & (rm * 0 + kb < K // 32), other=127).to(tl.int32))
-                    sb = _scale_f32(tl.load(sb_base + kb * ssbk + rn * ssbn, mask=mn & (rn * 0 + kb < K // 32), other=127).to(tl.int32))
+                    sa = _scale_f32(
+                        tl.load(sa_ptr + rm64 * ssam + kb * ssak, mask=mm & (rm * 0 + kb < K // 32), other=127).to(
+                            tl.int32
+                        )
+                    )
+                    sb = _scale_f32(
+                        tl.load(sb_base + kb * ssbk + rn * ssbn, mask=mn & (rn * 0 + kb < K // 32), other=127).to(
+                            tl.int32
+                        )
+                    )
                     p = tl.dot(a, b, out_dtype=tl.float32)
                     acc = tl.fma(p * sa[:, None], sb[None, :], acc)
-        tl.store(c_ptr + rm64[:, None] * scm + rn[None, :] * scn, acc.to(c_ptr.dtype.element_ty),
-                 mask=mm[:, None] & mn[None, :])
+        tl.store(
+            c_ptr + rm64[:, None] * scm + rn[None, :] * scn,
+            acc.to(c_ptr.dtype.element_ty),
+            mask=mm[:, None] & mn[None, :],
+        )
 
 # %% ../../nbs/21_mx_gemm.ipynb #06c023-3
 @triton.jit
-def _mx_wgrad_kernel(a_ptr, sa_ptr, b_ptr, sb_ptr, c_ptr, offs_ptr, bend_ptr, P, Q,
-                     sap, sam, ssap, ssab, sbq, sbm, ssbq, ssbb, sce, scp, scq,
-                     BP: tl.constexpr, BQ: tl.constexpr, BKR: tl.constexpr, DOT_SCALED: tl.constexpr):
+def _mx_wgrad_kernel(
+    a_ptr,
+    sa_ptr,
+    b_ptr,
+    sb_ptr,
+    c_ptr,
+    offs_ptr,
+    bend_ptr,
+    P,
+    Q,
+    sap,
+    sam,
+    ssap,
+    ssab,
+    sbq,
+    sbm,
+    ssbq,
+    ssbb,
+    sce,
+    scp,
+    scq,
+    BP: tl.constexpr,
+    BQ: tl.constexpr,
+    BKR: tl.constexpr,
+    DOT_SCALED: tl.constexpr,
+):
     """C[g] = A[:, rows of g] @ B[:, rows of g]^T for A [P, M] and B [Q, M] blocked along M in 32-row blocks that
     restart at each group start (scales [P, NB], [Q, NB]); empty groups give zeros. Program (P tile, Q tile, g)."""
     pp, pq, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -115,37 +194,78 @@ def _mx_wgrad_kernel(a_ptr, sa_ptr, b_ptr, sb_ptr, c_ptr, offs_ptr, bend_ptr, P,
                 mm = rm < m1
                 a = tl.load(a_ptr + rp64[:, None] * sap + rm[None, :] * sam, mask=mp[:, None] & mm[None, :], other=0.0)
                 bt = tl.load(b_ptr + rq64[:, None] * sbq + rm[None, :] * sbm, mask=mq[:, None] & mm[None, :], other=0.0)
-                sa = _scale_f32(tl.load(sa_ptr + rp64 * ssap + (blk + j) * ssab, mask=mp & (rp * 0 + r0 + j * 32 < m1), other=127).to(tl.int32))
-                sb = _scale_f32(tl.load(sb_ptr + rq64 * ssbq + (blk + j) * ssbb, mask=mq & (rq * 0 + r0 + j * 32 < m1), other=127).to(tl.int32))
+                sa = _scale_f32(
+                    tl.load(
+                        sa_ptr + rp64 * ssap + (blk + j) * ssab, mask=mp & (rp * 0 + r0 + j * 32 < m1), other=127
+                    ).to(tl.int32)
+                )
+                sb = _scale_f32(
+                    tl.load(
+                        sb_ptr + rq64 * ssbq + (blk + j) * ssbb, mask=mq & (rq * 0 + r0 + j * 32 < m1), other=127
+                    ).to(tl.int32)
+                )
                 p = tl.dot(a, tl.trans(bt), out_dtype=tl.float32)
                 acc = tl.fma(p * sa[:, None], sb[None, :], acc)
-    tl.store(c_ptr + g.to(tl.int64) * sce + rp64[:, None] * scp + rq64[None, :] * scq,
-             acc.to(c_ptr.dtype.element_ty), mask=mp[:, None] & mq[None, :])
+    tl.store(
+        c_ptr + g.to(tl.int64) * sce + rp64[:, None] * scp + rq64[None, :] * scq,
+        acc.to(c_ptr.dtype.element_ty),
+        mask=mp[:, None] & mq[None, :],
+    )
 
 # %% ../../nbs/21_mx_gemm.ipynb #06c023-4
 _GEMM_CONFIGS = {
-    "fp8": [_C(dict(BM=bm, BN=bn, BK=bk), num_warps=w, num_stages=st) for bm, bn, bk, w, st in
-            [(128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (128, 128, 32, 4, 4), (128, 128, 64, 8, 3),
-             (128, 128, 128, 8, 3), (64, 128, 128, 4, 3), (128, 64, 128, 4, 3), (128, 256, 64, 8, 3)]],
-    "dot_scaled": [_C(dict(BM=bm, BN=bn, BK=bk), num_warps=w, num_stages=st) for bm, bn, bk, w, st in
-                   [(128, 128, 128, 8, 3), (128, 64, 128, 4, 3), (64, 128, 128, 4, 3), (128, 128, 64, 4, 3),
-                    (128, 256, 128, 8, 3)]]}
+    "fp8": [
+        _C(dict(BM=bm, BN=bn, BK=bk), num_warps=w, num_stages=st)
+        for bm, bn, bk, w, st in [
+            (128, 64, 32, 4, 4),
+            (64, 128, 32, 4, 4),
+            (128, 128, 32, 4, 4),
+            (128, 128, 64, 8, 3),
+            (128, 128, 128, 8, 3),
+            (64, 128, 128, 4, 3),
+            (128, 64, 128, 4, 3),
+            (128, 256, 64, 8, 3),
+        ]
+    ],
+    "dot_scaled": [
+        _C(dict(BM=bm, BN=bn, BK=bk), num_warps=w, num_stages=st)
+        for bm, bn, bk, w, st in [
+            (128, 128, 128, 8, 3),
+            (128, 64, 128, 4, 3),
+            (64, 128, 128, 4, 3),
+            (128, 128, 64, 4, 3),
+            (128, 256, 128, 8, 3),
+        ]
+    ],
+}
 _WGRAD_CONFIGS = {
-    "fp8": [_C(dict(BP=bp, BQ=bq, BKR=bk), num_warps=w, num_stages=st) for bp, bq, bk, w, st in
-            [(128, 128, 32, 8, 4), (128, 128, 64, 8, 3), (128, 128, 128, 8, 3), (64, 128, 64, 4, 3), (128, 64, 64, 4, 3)]],
-    "dot_scaled": [_C(dict(BP=bp, BQ=bq, BKR=bk), num_warps=w, num_stages=st) for bp, bq, bk, w, st in
-                   [(128, 128, 128, 8, 3), (128, 64, 128, 4, 3), (64, 128, 128, 4, 3)]]}
+    "fp8": [
+        _C(dict(BP=bp, BQ=bq, BKR=bk), num_warps=w, num_stages=st)
+        for bp, bq, bk, w, st in [
+            (128, 128, 32, 8, 4),
+            (128, 128, 64, 8, 3),
+            (128, 128, 128, 8, 3),
+            (64, 128, 64, 4, 3),
+            (128, 64, 64, 4, 3),
+        ]
+    ],
+    "dot_scaled": [
+        _C(dict(BP=bp, BQ=bq, BKR=bk), num_warps=w, num_stages=st)
+        for bp, bq, bk, w, st in [(128, 128, 128, 8, 3), (128, 64, 128, 4, 3), (64, 128, 128, 4, 3)]
+    ],
+}
 _gmm_tuned = {k: _tuned(_mx_grouped_mm_kernel, v, ["N", "K", "sbk", "DOT_SCALED"]) for k, v in _GEMM_CONFIGS.items()}
 _wgrad_tuned = {k: _tuned(_mx_wgrad_kernel, v, ["P", "Q", "DOT_SCALED"]) for k, v in _WGRAD_CONFIGS.items()}
 
 # %% ../../nbs/21_mx_gemm.ipynb #06c024
 def default_impl(device=None) -> str:
     "'dot_scaled' where the GPU has block-scaled MMA (sm_100+) and in the interpreter, else 'fp8' (fp8 MMA per 32-block)."
-    if INTERPRET or not torch.cuda.is_available(): return "dot_scaled"   # fewest interpreted loop steps
+    if INTERPRET or not torch.cuda.is_available():
+        return "dot_scaled"  # fewest interpreted loop steps
     return "dot_scaled" if torch.cuda.get_device_capability(device)[0] >= 10 else "fp8"
 
 # %% ../../nbs/21_mx_gemm.ipynb #06c024-1
-GEMM_TILES = {"interpret": dict(BM=128, BN=128, num_warps=4, num_stages=1)}    # GPU: autotuned
+GEMM_TILES = {"interpret": dict(BM=128, BN=128, num_warps=4, num_stages=1)}  # GPU: autotuned
 
 # %% ../../nbs/21_mx_gemm.ipynb #06c024-2
 def _interp_tiles(impl):
@@ -163,22 +283,30 @@ def _check_mx(op, name, k_dim):
     if not isinstance(s, torch.Tensor) or s.dtype not in (torch.uint8, torch.float8_e8m0fnu):
         raise _err(name, f"scale must be uint8 E8M0 bits, got {getattr(s, 'dtype', type(s).__name__)}")
     s = s.view(torch.uint8)
-    want = list(d.shape); want[k_dim] = d.shape[k_dim] // BLOCK
+    want = list(d.shape)
+    want[k_dim] = d.shape[k_dim] // BLOCK
     if d.shape[k_dim] % BLOCK:
         raise _err(name, f"reduction dimension {d.shape[k_dim]} is not a multiple of 32")
     if list(s.shape) != want:
         raise _err(name, f"scale shape {tuple(s.shape)} does not match data {tuple(d.shape)} (expected {tuple(want)})")
-    if not s.is_contiguous(): raise _err(name, "scale must be contiguous")
-    if d.device != s.device: raise _err(name, "data and scale are on different devices")
+    if not s.is_contiguous():
+        raise _err(name, "scale must be contiguous")
+    if d.device != s.device:
+        raise _err(name, "data and scale are on different devices")
     return d, s
 
 # %% ../../nbs/21_mx_gemm.ipynb #06c024-4
 def _check_offsets(offs, M, G, device):
     "Validate group ends (one host sync): int32, 1-d, G entries, non-decreasing, ending at M."
     if not isinstance(offs, torch.Tensor) or offs.dtype != torch.int32 or offs.dim() != 1:
-        raise _err("offsets", f"expected a 1-d int32 tensor of cumulative group ends, got {getattr(offs, 'dtype', type(offs).__name__)}")
-    if offs.numel() != G: raise _err("offsets", f"has {offs.numel()} entries for {G} groups")
-    if offs.device != device: raise _err("offsets", f"is on {offs.device}, the operands on {device}")
+        raise _err(
+            "offsets",
+            f"expected a 1-d int32 tensor of cumulative group ends, got {getattr(offs, 'dtype', type(offs).__name__)}",
+        )
+    if offs.numel() != G:
+        raise _err("offsets", f"has {offs.numel()} entries for {G} groups")
+    if offs.device != device:
+        raise _err("offsets", f"is on {offs.device}, the operands on {device}")
     o = offs.cpu()
     if G and (o[-1].item() != M or (torch.diff(o, prepend=o.new_zeros(1)) < 0).any()):
         raise _err("offsets", f"must be non-decreasing and end at the token count {M} (ends at {o[-1].item()})")
@@ -187,16 +315,36 @@ def _check_offsets(offs, M, G, device):
 # %% ../../nbs/21_mx_gemm.ipynb #06c024-5
 def _launch_grouped(ad, as_, bd, bs, b_strides, sb_strides, offs, M, N, K, G, out_dtype, impl):
     "Launch the grouped kernel; B is given as data/scale storage plus logical [G, K, N] / [G, K/32, N] strides."
-    if impl not in ("fp8", "dot_scaled"): raise _err("impl", f"{impl!r} is not one of fp8, dot_scaled")
+    if impl not in ("fp8", "dot_scaled"):
+        raise _err("impl", f"{impl!r} is not one of fp8, dot_scaled")
     c = torch.empty((M, N), dtype=out_dtype, device=ad.device)
-    if M == 0 or N == 0: return c
-    args = (ad, as_, bd, bs, c, offs, N, K, G, ad.stride(0), ad.stride(1), as_.stride(0), as_.stride(1),
-            *b_strides, *sb_strides, c.stride(0), c.stride(1))
+    if M == 0 or N == 0:
+        return c
+    args = (
+        ad,
+        as_,
+        bd,
+        bs,
+        c,
+        offs,
+        N,
+        K,
+        G,
+        ad.stride(0),
+        ad.stride(1),
+        as_.stride(0),
+        as_.stride(1),
+        *b_strides,
+        *sb_strides,
+        c.stride(0),
+        c.stride(1),
+    )
     if INTERPRET:
         t = _interp_tiles(impl)
         grid = (triton.cdiv(M, t["BM"]) + G, triton.cdiv(N, t["BN"]))
-        _mx_grouped_mm_kernel[grid](*args, BM=t["BM"], BN=t["BN"], BK=t["BK"], G_P2=triton.next_power_of_2(G),
-                                    DOT_SCALED=impl == "dot_scaled")
+        _mx_grouped_mm_kernel[grid](
+            *args, BM=t["BM"], BN=t["BN"], BK=t["BK"], G_P2=triton.next_power_of_2(G), DOT_SCALED=impl == "dot_scaled"
+        )
     else:
         grid = lambda META: (triton.cdiv(M, META["BM"]) + G, triton.cdiv(N, META["BN"]))
         _gmm_tuned[impl][grid](*args, G_P2=triton.next_power_of_2(G), DOT_SCALED=impl == "dot_scaled")
@@ -208,24 +356,44 @@ def mx_grouped_mm(x, w, offsets, out_dtype=torch.bfloat16, impl=None):
     w = (data [G, K, N], scale [G, K/32, N]), both blocked along K; FP32 accumulation, `out_dtype` out."""
     xd, xs = _check_mx(x, "x", 1)
     wd, ws = _check_mx(w, "w", 1)
-    if xd.dim() != 2: raise _err("x", f"data must be 2-d [M, K], got shape {tuple(xd.shape)}")
-    if wd.dim() != 3: raise _err("w", f"data must be 3-d [G, K, N], got shape {tuple(wd.shape)}")
+    if xd.dim() != 2:
+        raise _err("x", f"data must be 2-d [M, K], got shape {tuple(xd.shape)}")
+    if wd.dim() != 3:
+        raise _err("w", f"data must be 3-d [G, K, N], got shape {tuple(wd.shape)}")
     M, K = xd.shape
     G, K2, N = wd.shape
-    if K2 != K: raise _err("w", f"reduction dimension {K2} does not match x's {K}")
-    if wd.device != xd.device: raise _err("w", "is on another device than x")
-    if out_dtype not in (torch.bfloat16, torch.float32): raise _err("out_dtype", f"{out_dtype} (bfloat16 or float32)")
+    if K2 != K:
+        raise _err("w", f"reduction dimension {K2} does not match x's {K}")
+    if wd.device != xd.device:
+        raise _err("w", "is on another device than x")
+    if out_dtype not in (torch.bfloat16, torch.float32):
+        raise _err("out_dtype", f"{out_dtype} (bfloat16 or float32)")
     offs = _check_offsets(offsets, M, G, xd.device)
-    return _launch_grouped(xd.view(torch.uint8).view(torch.float8_e4m3fn), xs, wd, ws, wd.stride(), ws.stride(),
-                           offs, M, N, K, G, out_dtype, impl or default_impl(xd.device))
+    return _launch_grouped(
+        xd.view(torch.uint8).view(torch.float8_e4m3fn),
+        xs,
+        wd,
+        ws,
+        wd.stride(),
+        ws.stride(),
+        offs,
+        M,
+        N,
+        K,
+        G,
+        out_dtype,
+        impl or default_impl(xd.device),
+    )
 
 # %% ../../nbs/21_mx_gemm.ipynb #06c024-7
 def mx_mm(a, b, out_dtype=torch.bfloat16, impl=None):
     "MXFP8 GEMM a @ b: a = (data [M, K], scale [M, K/32]) blocked along K, b = (data [K, N], scale [K/32, N])."
     ad, as_ = _check_mx(a, "a", 1)
     bd, bs = _check_mx(b, "b", 0)
-    if ad.dim() != 2 or bd.dim() != 2: raise _err("a" if ad.dim() != 2 else "b", "must be 2-d")
-    if bd.shape[0] != ad.shape[1]: raise _err("b", f"reduction dimension {bd.shape[0]} does not match a's {ad.shape[1]}")
+    if ad.dim() != 2 or bd.dim() != 2:
+        raise _err("a" if ad.dim() != 2 else "b", "must be 2-d")
+    if bd.shape[0] != ad.shape[1]:
+        raise _err("b", f"reduction dimension {bd.shape[0]} does not match a's {ad.shape[1]}")
     offs = torch.tensor([ad.shape[0]], dtype=torch.int32, device=ad.device)
     return mx_grouped_mm((ad, as_), (bd[None], bs[None]), offs, out_dtype, impl)
 
@@ -250,16 +418,35 @@ def _wgrad(x, dy, offs, G, mode, impl, out_dtype):
     M, K = x.shape
     N = dy.shape[1]
     dw = torch.empty((G, K, N), dtype=out_dtype, device=x.device)
-    xd, xs = _quant_cols(x[None], offs, mode, transpose_out=True)       # [1, K, M], [1, K, NB]
-    gd, gs = _quant_cols(dy[None], offs, mode, transpose_out=True)      # [1, N, M], [1, N, NB]
+    xd, xs = _quant_cols(x[None], offs, mode, transpose_out=True)  # [1, K, M], [1, K, NB]
+    gd, gs = _quant_cols(dy[None], offs, mode, transpose_out=True)  # [1, N, M], [1, N, NB]
     xd, xs, gd, gs = xd[0], xs[0], gd[0], gs[0]
     bend = _group_blocks(offs, 0)
-    args = (xd, xs, gd, gs, dw, offs, bend, K, N, xd.stride(0), xd.stride(1), xs.stride(0), xs.stride(1),
-            gd.stride(0), gd.stride(1), gs.stride(0), gs.stride(1), *dw.stride())
+    args = (
+        xd,
+        xs,
+        gd,
+        gs,
+        dw,
+        offs,
+        bend,
+        K,
+        N,
+        xd.stride(0),
+        xd.stride(1),
+        xs.stride(0),
+        xs.stride(1),
+        gd.stride(0),
+        gd.stride(1),
+        gs.stride(0),
+        gs.stride(1),
+        *dw.stride(),
+    )
     if INTERPRET:
         t = _interp_tiles(impl)
         _mx_wgrad_kernel[(triton.cdiv(K, t["BM"]), triton.cdiv(N, t["BN"]), G)](
-            *args, BP=t["BM"], BQ=t["BN"], BKR=t["BK"], DOT_SCALED=impl == "dot_scaled")
+            *args, BP=t["BM"], BQ=t["BN"], BKR=t["BK"], DOT_SCALED=impl == "dot_scaled"
+        )
     else:
         grid = lambda META: (triton.cdiv(K, META["BP"]), triton.cdiv(N, META["BQ"]), G)
         _wgrad_tuned[impl][grid](*args, DOT_SCALED=impl == "dot_scaled")
@@ -269,6 +456,7 @@ def _wgrad(x, dy, offs, G, mode, impl, out_dtype):
 class MXGroupedLinear(torch.autograd.Function):
     """Grouped expert projection in MXFP8: y = x @ w[g] per group. Forward, data gradient and weight gradient
     each quantise their operands along their own reduction dimension (K; N; tokens, per group)."""
+
     @staticmethod
     def forward(ctx, x, w, offs, mode="floor", impl=None):
         "y = x @ w[g] per group, x quantised along K by rows and w along K by columns."
@@ -290,7 +478,8 @@ class MXGroupedLinear(torch.autograd.Function):
         G, K, N = w.shape
         M = x.shape[0]
         dy = dy.contiguous()
-        if dy.dtype not in (torch.bfloat16, torch.float32): dy = dy.float()
+        if dy.dtype not in (torch.bfloat16, torch.float32):
+            dy = dy.float()
         dx = dw = None
         if ctx.needs_input_grad[0]:
             gd, gs = _quant_rows(dy, ctx.mode)
@@ -304,7 +493,8 @@ class MXGroupedLinear(torch.autograd.Function):
 def mxfp8_grouped_mm(a, b, offs, mode="floor", impl=None):
     """The model's `mxfp8` expert backend: fn(a [M, K], b [G, K, N], offs int32 cumulative ends) -> [M, N],
     differentiable; bf16 under CUDA autocast. K and N must be multiples of 32."""
-    _check_x(a, "a"); _check_x(b, "b")
+    _check_x(a, "a")
+    _check_x(b, "b")
     if a.is_cuda and torch.is_autocast_enabled("cuda"):
         a = a.to(torch.get_autocast_dtype("cuda"))
     if a.dim() != 2 or b.dim() != 3 or b.shape[1] != a.shape[1]:
@@ -312,5 +502,6 @@ def mxfp8_grouped_mm(a, b, offs, mode="floor", impl=None):
     if a.shape[1] % BLOCK or b.shape[2] % BLOCK:
         raise _err("b", f"K={a.shape[1]} and N={b.shape[2]} must be multiples of 32 (MX blocks); pad the expert dims")
     offs = _check_offsets(offs, a.shape[0], b.shape[0], a.device)
-    if b.dtype != a.dtype and a.dtype == torch.bfloat16: b = b.to(a.dtype)   # autocast: bf16 weights too
+    if b.dtype != a.dtype and a.dtype == torch.bfloat16:
+        b = b.to(a.dtype)  # autocast: bf16 weights too
     return MXGroupedLinear.apply(a.contiguous(), b.contiguous(), offs, mode, impl)

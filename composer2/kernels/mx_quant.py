@@ -6,8 +6,9 @@
 from __future__ import annotations
 import os
 import torch
+
 if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
-    os.environ["TRITON_INTERPRET"] = "1"   # no GPU: run the Triton kernels in the interpreter (set before @triton.jit)
+    os.environ["TRITON_INTERPRET"] = "1"  # no GPU: run the Triton kernels in the interpreter (set before @triton.jit)
 import triton
 import triton.language as tl
 
@@ -20,30 +21,40 @@ if INTERPRET:
     import sys as _sys
     from triton.runtime.jit import JITFunction as _JITFunction
     from triton.runtime.interpreter import InterpretedFunction as _InterpretedFunction
+
     for _name, _mod in list(_sys.modules.items()):
         if _name.startswith("triton.language") and _mod is not None:
             for _k, _v in list(vars(_mod).items()):
-                if isinstance(_v, _JITFunction): setattr(_mod, _k, _InterpretedFunction(_v.fn))
-if INTERPRET:   # the interpreter's integer-overflow checks cost ~30% of its time; GPU builds do not run them either
+                if isinstance(_v, _JITFunction):
+                    setattr(_mod, _k, _InterpretedFunction(_v.fn))
+if INTERPRET:  # the interpreter's integer-overflow checks cost ~30% of its time; GPU builds do not run them either
     import dataclasses
+
     try:
         from triton.runtime.interpreter import interpreter_builder as _ib
+
         _ib.options = dataclasses.replace(_ib.options, sanitize_overflow=False)
-    except (ImportError, AttributeError, TypeError): pass
+    except (ImportError, AttributeError, TypeError):
+        pass
     # The interpreter decodes every `tl.dot_scaled` scale byte as E8M0, also E4M3 (NVFP4) scales; decode those
     # as E4M3 so that the native NVFP4 GEMM path can be checked on the CPU too.
     try:
         import numpy as _np
         from triton.runtime import interpreter as _interp
+
         if not getattr(_interp._dot_scaled_scale_to_f32, "_c2_e4m3", False):
             _e8m0_scale_to_f32 = _interp._dot_scaled_scale_to_f32
             _E4M3_LUT = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).float().numpy()
+
             def _scale_to_f32(scale_handle, compute_type):
-                if scale_handle.dtype == tl.float8e4nv: return _E4M3_LUT[scale_handle.data.view(_np.uint8)]
+                if scale_handle.dtype == tl.float8e4nv:
+                    return _E4M3_LUT[scale_handle.data.view(_np.uint8)]
                 return _e8m0_scale_to_f32(scale_handle, compute_type)
+
             _scale_to_f32._c2_e4m3 = True
             _interp._dot_scaled_scale_to_f32 = _scale_to_f32
-    except (ImportError, AttributeError): pass
+    except (ImportError, AttributeError):
+        pass
 BLOCK = 32
 E4M3_MAX = 448.0
 MODES = ("floor", "rceil")
@@ -61,15 +72,15 @@ def _e8m0_from_amax(amax: torch.Tensor, mode: str) -> torch.Tensor:
     "E8M0 scale bits (int32 in [0, 255]) of fp32 block maxima."
     bits = amax.view(torch.int32)
     if mode == "floor":
-        s = ((bits >> 23) & 0xFF) - 8                       # floor(log2 amax) - 8 + 127, from the bits
+        s = ((bits >> 23) & 0xFF) - 8  # floor(log2 amax) - 8 + 127, from the bits
         s = s.clamp(0, 255)
     else:
-        d = amax / E4M3_MAX                                  # IEEE division, as NVIDIA's recipe
+        d = amax / E4M3_MAX  # IEEE division, as NVIDIA's recipe
         sub = (d.view(torch.int32) >> 23) == 0
-        dn = torch.where(sub, d * 2.0 ** 64, d)              # exact: brings fp32 subnormals to normal range
+        dn = torch.where(sub, d * 2.0**64, d)  # exact: brings fp32 subnormals to normal range
         db = dn.view(torch.int32)
-        e = ((db >> 23) & 0xFF) - 127 - torch.where(sub, 64, 0) + ((db & 0x7FFFFF) != 0).int()   # ceil(log2 d)
-        s = (e.clamp(-127, 127) + 127)
+        e = ((db >> 23) & 0xFF) - 127 - torch.where(sub, 64, 0) + ((db & 0x7FFFFF) != 0).int()  # ceil(log2 d)
+        s = e.clamp(-127, 127) + 127
         s = torch.where(d == 0, 0, s)
         s = torch.where(torch.isinf(d), 254, s)
     return torch.where(torch.isnan(amax), 255, s).to(torch.int32)
@@ -78,7 +89,7 @@ def _e8m0_from_amax(amax: torch.Tensor, mode: str) -> torch.Tensor:
 def _rcp_from_e8m0(s: torch.Tensor, mode: str) -> torch.Tensor:
     "1 / 2^(s - 127) as fp32, exact (2^-127 is an fp32 subnormal); a NaN block multiplies by 0 (floor) or NaN (rceil)."
     r = ((254 - s.to(torch.int32)).clamp(min=0) << 23).view(torch.float32)
-    r = torch.where(s == 254, 2.0 ** -127, r)
+    r = torch.where(s == 254, 2.0**-127, r)
     return torch.where(s == 255, 0.0 if mode == "floor" else float("nan"), r)
 
 # %% ../../nbs/20_mx_quant.ipynb #06c006-2
@@ -86,7 +97,7 @@ def _e8m0_to_f32(s: torch.Tensor) -> torch.Tensor:
     "2^(s - 127) as fp32; 255 is NaN."
     s = s.to(torch.int32)
     r = (s << 23).view(torch.float32)
-    r = torch.where(s == 0, 2.0 ** -127, r)
+    r = torch.where(s == 0, 2.0**-127, r)
     return torch.where(s == 255, float("nan"), r)
 
 # %% ../../nbs/20_mx_quant.ipynb #06c006-3
@@ -94,12 +105,12 @@ def _to_mx_torch(x2: torch.Tensor, mode: str):
     "x2 [R, C] blocked along C -> (fp8 data [R, C], uint8 scale [R, C/32])."
     R, C = x2.shape
     xb = x2.float().reshape(R, C // BLOCK, BLOCK)
-    amax_bits = (xb.view(torch.int32) & 0x7FFFFFFF).amax(-1)            # NaN bits sort above Inf
+    amax_bits = (xb.view(torch.int32) & 0x7FFFFFFF).amax(-1)  # NaN bits sort above Inf
     s = _e8m0_from_amax(amax_bits.view(torch.float32), mode)
     q = (xb * _rcp_from_e8m0(s, mode)[..., None]).clamp(-E4M3_MAX, E4M3_MAX)
     d = q.to(torch.float8_e4m3fn).view(torch.uint8)
     nan = torch.isnan(q)
-    d = torch.where(nan, 0x7F | ((xb.view(torch.int32) >> 24) & 0x80).to(torch.uint8), d)   # NaN keeps x's sign
+    d = torch.where(nan, 0x7F | ((xb.view(torch.int32) >> 24) & 0x80).to(torch.uint8), d)  # NaN keeps x's sign
     return d.view(torch.float8_e4m3fn).reshape(R, C), s.to(torch.uint8)
 
 # %% ../../nbs/20_mx_quant.ipynb #06c010
@@ -115,9 +126,9 @@ def _widen(v, IS_BF16: tl.constexpr):
 @triton.jit
 def _scale_bits(amax_bits, MODE: tl.constexpr):
     "E8M0 scale (int32 0..255) from the int32 bits of |x| block maxima (NaN bits compare above Inf)."
-    if MODE == 0:   # floor
+    if MODE == 0:  # floor
         s = tl.maximum(((amax_bits >> 23) & 0xFF) - 8, 0)
-    else:           # rceil
+    else:  # rceil
         d = tl.math.div_rn(amax_bits.to(tl.float32, bitcast=True), 448.0)
         db = d.to(tl.int32, bitcast=True)
         sub = (db >> 23) == 0
@@ -149,11 +160,11 @@ def _e4m3_bits(q, sign_src, INTERP: tl.constexpr):
     if INTERP:
         # the interpreter's fp32->fp8 cast is wrong (ties away, no carry, no saturation): round on the bits
         b = qc.to(tl.int32, bitcast=True)
-        a = (b & 0x7FFFFFFF)
+        a = b & 0x7FFFFFFF
         af = a.to(tl.float32, bitcast=True)
-        sub = (af * 512.0 + 8388608.0) - 8388608.0                      # RNE to the 2^-9 grid (E4M3 subnormals)
+        sub = (af * 512.0 + 8388608.0) - 8388608.0  # RNE to the 2^-9 grid (E4M3 subnormals)
         sub_bits = sub.to(tl.int32)
-        nrm = (a + 0x7FFFF + ((a >> 20) & 1)) >> 20                      # RNE to 3 mantissa bits
+        nrm = (a + 0x7FFFF + ((a >> 20) & 1)) >> 20  # RNE to 3 mantissa bits
         nrm_bits = nrm - ((127 - 7) << 3)
         mag = tl.where(af < 0.015625, sub_bits, nrm_bits)
         bits = (mag | ((b >> 24) & 0x80)).to(tl.uint8)
@@ -164,9 +175,21 @@ def _e4m3_bits(q, sign_src, INTERP: tl.constexpr):
 
 # %% ../../nbs/20_mx_quant.ipynb #06c010-4
 @triton.jit
-def _quant_rows_kernel(x_ptr, d_ptr, s_ptr, R, C, sx, sd, ss,
-                       BR: tl.constexpr, BC: tl.constexpr, IS_BF16: tl.constexpr, MODE: tl.constexpr,
-                       INTERP: tl.constexpr):
+def _quant_rows_kernel(
+    x_ptr,
+    d_ptr,
+    s_ptr,
+    R,
+    C,
+    sx,
+    sd,
+    ss,
+    BR: tl.constexpr,
+    BC: tl.constexpr,
+    IS_BF16: tl.constexpr,
+    MODE: tl.constexpr,
+    INTERP: tl.constexpr,
+):
     "Quantise [R, C] (C % 32 == 0) along rows: data [R, C], scales [R, C/32]."
     pr, pc = tl.program_id(0), tl.program_id(1)
     r = pr * BR + tl.arange(0, BR)
@@ -179,49 +202,78 @@ def _quant_rows_kernel(x_ptr, d_ptr, s_ptr, R, C, sx, sd, ss,
     q = tl.reshape(x2 * _rcp(s, MODE)[:, None], (BR, BC))
     tl.store(d_ptr + r[:, None].to(tl.int64) * sd + c[None, :], _e4m3_bits(q, x, INTERP), mask=m)
     cs = pc * (BC // 32) + tl.arange(0, BC // 32)
-    tl.store(s_ptr + r[:, None].to(tl.int64) * ss + cs[None, :], tl.reshape(s, (BR, BC // 32)).to(tl.uint8),
-             mask=(r[:, None] < R) & (cs[None, :] < C // 32))
+    tl.store(
+        s_ptr + r[:, None].to(tl.int64) * ss + cs[None, :],
+        tl.reshape(s, (BR, BC // 32)).to(tl.uint8),
+        mask=(r[:, None] < R) & (cs[None, :] < C // 32),
+    )
 
 # %% ../../nbs/20_mx_quant.ipynb #06c010-5
 @triton.jit
-def _quant_cols_kernel(x_ptr, d_ptr, s_ptr, bend_ptr, offs_ptr, N, I, G, NB,
-                       sxo, sxn, sxi, sdo, sdn, sdi, sso, ssb, ssi,
-                       BB: tl.constexpr, BI: tl.constexpr, G_P2: tl.constexpr, IS_BF16: tl.constexpr,
-                       MODE: tl.constexpr, INTERP: tl.constexpr):
+def _quant_cols_kernel(
+    x_ptr,
+    d_ptr,
+    s_ptr,
+    bend_ptr,
+    offs_ptr,
+    N,
+    I,
+    G,
+    NB,
+    sxo,
+    sxn,
+    sxi,
+    sdo,
+    sdn,
+    sdi,
+    sso,
+    ssb,
+    ssi,
+    BB: tl.constexpr,
+    BI: tl.constexpr,
+    G_P2: tl.constexpr,
+    IS_BF16: tl.constexpr,
+    MODE: tl.constexpr,
+    INTERP: tl.constexpr,
+):
     """Quantise x [O, N, I] along N in blocks of 32 that restart at each group start (groups: cumulative ends
     `offs` [G] along N; `bend` [G] cumulative block counts). Program (BB blocks, column tile, o)."""
     pb, pi, o = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    b = pb * BB + tl.arange(0, BB)                                             # block indices [BB]
+    b = pb * BB + tl.arange(0, BB)  # block indices [BB]
     g_ar = tl.arange(0, G_P2)
     bend = tl.load(bend_ptr + g_ar, mask=g_ar < G, other=2147483647)
-    g = tl.sum((bend[None, :] <= b[:, None]).to(tl.int32), axis=1)             # group of each block
+    g = tl.sum((bend[None, :] <= b[:, None]).to(tl.int32), axis=1)  # group of each block
     ok = g < G
     b0 = tl.load(bend_ptr + g - 1, mask=ok & (g > 0), other=0)
     n0 = tl.load(offs_ptr + g - 1, mask=ok & (g > 0), other=0)
     n1 = tl.load(offs_ptr + g, mask=ok, other=0)
-    n = (n0 + (b - b0) * 32)[:, None] + tl.arange(0, 32)[None, :]              # rows [BB, 32]
+    n = (n0 + (b - b0) * 32)[:, None] + tl.arange(0, 32)[None, :]  # rows [BB, 32]
     i = pi * BI + tl.arange(0, BI)
     m = ((n < n1[:, None]) & ok[:, None])[:, :, None] & (i < I)[None, None, :]
     off_x = o.to(tl.int64) * sxo + n[:, :, None].to(tl.int64) * sxn + i[None, None, :] * sxi
-    x = _widen(tl.load(x_ptr + off_x, mask=m, other=0), IS_BF16)               # [BB, 32, BI]
-    amax = tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1)           # [BB, BI]
+    x = _widen(tl.load(x_ptr + off_x, mask=m, other=0), IS_BF16)  # [BB, 32, BI]
+    amax = tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1)  # [BB, BI]
     s = _scale_bits(amax, MODE)
     q = x * _rcp(s, MODE)[:, None, :]
     off_d = o.to(tl.int64) * sdo + n[:, :, None].to(tl.int64) * sdn + i[None, None, :] * sdi
     tl.store(d_ptr + off_d, _e4m3_bits(q, x, INTERP), mask=m)
-    tl.store(s_ptr + o.to(tl.int64) * sso + b[:, None].to(tl.int64) * ssb + i[None, :] * ssi, s.to(tl.uint8),
-             mask=(b < NB)[:, None] & (i < I)[None, :])
+    tl.store(
+        s_ptr + o.to(tl.int64) * sso + b[:, None].to(tl.int64) * ssb + i[None, :] * ssi,
+        s.to(tl.uint8),
+        mask=(b < NB)[:, None] & (i < I)[None, :],
+    )
 
 # %% ../../nbs/20_mx_quant.ipynb #06c011
 def _check_x(x, name="x"):
     "Refuse anything but a bfloat16 / float32 tensor."
-    if not isinstance(x, torch.Tensor): raise _err(name, f"expected a torch.Tensor, got {type(x).__name__}")
+    if not isinstance(x, torch.Tensor):
+        raise _err(name, f"expected a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in (torch.bfloat16, torch.float32):
         raise _err(name, f"dtype {x.dtype} is not supported (bfloat16 or float32)")
 
 # %% ../../nbs/20_mx_quant.ipynb #06c011-1
 # tile sizes: large tiles under the interpreter (its cost grows with programs x loop steps, not FLOPs)
-QUANT_TILES = {"interpret": dict(row_elems=16384, row_cols=1024, col_blocks=64, col_cols=256)}   # GPU: autotuned
+QUANT_TILES = {"interpret": dict(row_elems=16384, row_cols=1024, col_blocks=64, col_cols=256)}  # GPU: autotuned
 
 # %% ../../nbs/20_mx_quant.ipynb #06c011-2
 def _bits_view(x):
@@ -232,15 +284,20 @@ def _bits_view(x):
 def _tuned(kernel, configs, key):
     """On a GPU, `triton.autotune` over `configs` (only the first when C2_MX_AUTOTUNE=0, e.g. for quick tests);
     the interpreter is given explicit tiles (it cannot autotune)."""
-    if os.environ.get("C2_MX_AUTOTUNE") == "0": configs = configs[:1]
+    if os.environ.get("C2_MX_AUTOTUNE") == "0":
+        configs = configs[:1]
     return kernel if INTERPRET else triton.autotune(configs, key=key)(kernel)
 
 # %% ../../nbs/20_mx_quant.ipynb #06c011-4
 _C = triton.Config
-_ROWS_CONFIGS = [_C(dict(BR=br, BC=bc), num_warps=w) for br, bc, w in
-                 [(32, 128, 4), (64, 128, 8), (128, 128, 8), (16, 256, 4), (32, 256, 8), (64, 256, 8)]]
-_COLS_CONFIGS = [_C(dict(BB=bb, BI=bi), num_warps=w) for bb, bi, w in
-                 [(2, 64, 4), (4, 64, 4), (4, 128, 4), (2, 128, 4), (8, 128, 8), (4, 256, 8)]]
+_ROWS_CONFIGS = [
+    _C(dict(BR=br, BC=bc), num_warps=w)
+    for br, bc, w in [(32, 128, 4), (64, 128, 8), (128, 128, 8), (16, 256, 4), (32, 256, 8), (64, 256, 8)]
+]
+_COLS_CONFIGS = [
+    _C(dict(BB=bb, BI=bi), num_warps=w)
+    for bb, bi, w in [(2, 64, 4), (4, 64, 4), (4, 128, 4), (2, 128, 4), (8, 128, 8), (4, 256, 8)]
+]
 _quant_rows_tuned = _tuned(_quant_rows_kernel, _ROWS_CONFIGS, ["C", "IS_BF16", "MODE"])
 _quant_cols_tuned = _tuned(_quant_cols_kernel, _COLS_CONFIGS, ["I", "sdn", "MODE"])
 
@@ -256,8 +313,9 @@ def _quant_rows(x2, mode):
         t = QUANT_TILES["interpret"]
         BC = max(32, min(t["row_cols"], triton.next_power_of_2(C)))
         BR = max(1, min(t["row_elems"] // BC, triton.next_power_of_2(R)))
-        _quant_rows_kernel[(triton.cdiv(R, BR), triton.cdiv(C, BC))](*args, BR=BR, BC=BC, IS_BF16=bf,
-                                                                   MODE=MODES.index(mode), INTERP=True)
+        _quant_rows_kernel[(triton.cdiv(R, BR), triton.cdiv(C, BC))](
+            *args, BR=BR, BC=BC, IS_BF16=bf, MODE=MODES.index(mode), INTERP=True
+        )
     else:
         grid = lambda META: (triton.cdiv(R, META["BR"]), triton.cdiv(C, META["BC"]))
         _quant_rows_tuned[grid](*args, IS_BF16=False, MODE=MODES.index(mode), INTERP=False)
@@ -291,41 +349,58 @@ def _quant_cols(x3, offs, mode, transpose_out=False):
         t = QUANT_TILES["interpret"]
         BB, BI = min(t["col_blocks"], triton.next_power_of_2(NB)), min(t["col_cols"], triton.next_power_of_2(I))
         _quant_cols_kernel[(triton.cdiv(NB, BB), triton.cdiv(I, BI), O)](
-            *args, BB=BB, BI=BI, G_P2=triton.next_power_of_2(G), IS_BF16=x3.dtype == torch.bfloat16,
-            MODE=MODES.index(mode), INTERP=True)
+            *args,
+            BB=BB,
+            BI=BI,
+            G_P2=triton.next_power_of_2(G),
+            IS_BF16=x3.dtype == torch.bfloat16,
+            MODE=MODES.index(mode),
+            INTERP=True,
+        )
     else:
         grid = lambda META: (triton.cdiv(NB, META["BB"]), triton.cdiv(I, META["BI"]), O)
-        _quant_cols_tuned[grid](*args, G_P2=triton.next_power_of_2(G), IS_BF16=False, MODE=MODES.index(mode),
-                                INTERP=False)
+        _quant_cols_tuned[grid](
+            *args, G_P2=triton.next_power_of_2(G), IS_BF16=False, MODE=MODES.index(mode), INTERP=False
+        )
     return d.view(torch.float8_e4m3fn), s
 
 # %% ../../nbs/20_mx_quant.ipynb #06c011-8
 def to_mx(x, block=32, dim=-1, mode="floor", backend="triton"):
     "Quantise `x` to MXFP8 along `dim`: (float8_e4m3fn data shaped like x, uint8 E8M0 scales with dim // 32)."
     _check_x(x)
-    if block != BLOCK: raise _err("block", f"{block} is not supported (MX uses blocks of 32)")
-    if mode not in MODES: raise _err("mode", f"{mode!r} is not one of {', '.join(MODES)}")
-    if backend not in ("triton", "torch"): raise _err("backend", f"{backend!r} is not one of triton, torch")
-    if x.dim() == 0: raise _err("x", "needs at least one dimension")
-    if not -x.dim() <= dim < x.dim(): raise _err("dim", f"{dim} is out of range for a {x.dim()}-d tensor")
+    if block != BLOCK:
+        raise _err("block", f"{block} is not supported (MX uses blocks of 32)")
+    if mode not in MODES:
+        raise _err("mode", f"{mode!r} is not one of {', '.join(MODES)}")
+    if backend not in ("triton", "torch"):
+        raise _err("backend", f"{backend!r} is not one of triton, torch")
+    if x.dim() == 0:
+        raise _err("x", "needs at least one dimension")
+    if not -x.dim() <= dim < x.dim():
+        raise _err("dim", f"{dim} is out of range for a {x.dim()}-d tensor")
     dim = dim % x.dim()
     n = x.shape[dim]
-    if n % BLOCK: raise _err("x", f"size {n} of the blocked dimension {dim} is not a multiple of 32 (pad it first)")
+    if n % BLOCK:
+        raise _err("x", f"size {n} of the blocked dimension {dim} is not a multiple of 32 (pad it first)")
     if backend == "torch" or x.device.type == "cpu" and not INTERPRET:
         xt = x.movedim(dim, -1).contiguous()
         d, s = _to_mx_torch(xt.reshape(-1, n), mode)
-        return (d.reshape(xt.shape).movedim(-1, dim).contiguous(),
-                s.reshape(*xt.shape[:-1], n // BLOCK).movedim(-1, dim).contiguous())
+        return (
+            d.reshape(xt.shape).movedim(-1, dim).contiguous(),
+            s.reshape(*xt.shape[:-1], n // BLOCK).movedim(-1, dim).contiguous(),
+        )
     x = x.contiguous()
     if dim == x.dim() - 1:
         d, s = _quant_rows(x.reshape(-1, n), mode)
         return d.reshape(x.shape), s.reshape(*x.shape[:-1], n // BLOCK)
     O = 1
-    for k in x.shape[:dim]: O *= k
+    for k in x.shape[:dim]:
+        O *= k
     I = x.numel() // (O * n)
     offs = torch.tensor([n], dtype=torch.int32, device=x.device)
     d, s = _quant_cols(x.reshape(O, n, I), offs, mode)
-    sshape = list(x.shape); sshape[dim] = n // BLOCK
+    sshape = list(x.shape)
+    sshape[dim] = n // BLOCK
     return d.reshape(x.shape), s.reshape(sshape)
 
 # %% ../../nbs/20_mx_quant.ipynb #06c011-9
@@ -334,10 +409,17 @@ def from_mx(data, scale, dim=-1, dtype=torch.float32):
     if not isinstance(data, torch.Tensor) or data.dtype != torch.float8_e4m3fn:
         raise _err("data", f"expected a float8_e4m3fn tensor, got {getattr(data, 'dtype', type(data).__name__)}")
     if not isinstance(scale, torch.Tensor) or scale.dtype not in (torch.uint8, torch.float8_e8m0fnu):
-        raise _err("scale", f"expected uint8 (or float8_e8m0fnu) E8M0 bits, got {getattr(scale, 'dtype', type(scale).__name__)}")
+        raise _err(
+            "scale",
+            f"expected uint8 (or float8_e8m0fnu) E8M0 bits, got {getattr(scale, 'dtype', type(scale).__name__)}",
+        )
     dim = dim % data.dim()
-    want = list(data.shape); want[dim] = data.shape[dim] // BLOCK
+    want = list(data.shape)
+    want[dim] = data.shape[dim] // BLOCK
     if data.shape[dim] % BLOCK or list(scale.shape) != want:
-        raise _err("scale", f"shape {tuple(scale.shape)} does not match data {tuple(data.shape)} blocked along dim {dim} (expected {tuple(want)})")
+        raise _err(
+            "scale",
+            f"shape {tuple(scale.shape)} does not match data {tuple(data.shape)} blocked along dim {dim} (expected {tuple(want)})",
+        )
     f = _e8m0_to_f32(scale.view(torch.uint8)).repeat_interleave(BLOCK, dim)
     return (data.float() * f).to(dtype)

@@ -13,9 +13,9 @@ import torch
 __all__ = ['TILE', 'EXPERT_ROWS', 'native_status', 'native_off', 'tiled_decode_attention', 'store_kv', 'moe_experts']
 
 # %% ../../nbs/23_native.ipynb #nat006
-TILE = 32   # key slots per tile (the C source's TILE)
+TILE = 32  # key slots per tile (the C source's TILE)
 
-_SOURCE = r'''
+_SOURCE = r"""
 /* composer2's native kernels (composer2.kernels.native builds this file with the machine's C compiler). */
 #include <stdint.h>
 #include <math.h>
@@ -278,16 +278,22 @@ int c2_moe_experts(const float *x, const int64_t *idx, const float *w, const flo
     }
     return 0;
 }
-'''
+"""
 
 # %% ../../nbs/23_native.ipynb #nat007
-_FLAGS = [["-O3", "-march=native", "-fopenmp-simd"], ["-O3", "-fopenmp-simd"]]   # the second for compilers without -march=native
+_FLAGS = [
+    ["-O3", "-march=native", "-fopenmp-simd"],
+    ["-O3", "-fopenmp-simd"],
+]  # the second for compilers without -march=native
 _LOCK, _LIB = threading.Lock(), {"off": 0}
+
 
 def _cpu_id() -> str:
     "What identifies this CPU's instruction set: the model and flags lines of /proc/cpuinfo, else `platform` (macOS)."
-    try: lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError: lines = []
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
     keep = [l for l in lines if l.startswith(("model name", "flags", "Features", "CPU part"))][:4]
     return "\n".join(keep) or f"{platform.machine()} {platform.processor()}"
 
@@ -300,8 +306,12 @@ def _build(cc: str, out: Path) -> str | None:
         src.write_text(_SOURCE)
         why = "no flags tried"
         for flags in _FLAGS:
-            r = subprocess.run([cc, *flags, "-fPIC", "-shared", str(src), "-o", str(lib)], capture_output=True, text=True)
-            if r.returncode == 0: os.replace(lib, out); return None
+            r = subprocess.run(
+                [cc, *flags, "-fPIC", "-shared", str(src), "-o", str(lib)], capture_output=True, text=True
+            )
+            if r.returncode == 0:
+                os.replace(lib, out)
+                return None
             why = (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
     return why
 
@@ -310,17 +320,22 @@ def native_status() -> dict:
     """Whether the native kernels are in use here: `available`, the library's `path`, and `reason` when not (no compiler,
     a failed build, `C2_NATIVE=0`). Builds the library on first use."""
     with _LOCK:
-        if "status" in _LIB: return dict(_LIB["status"])
+        if "status" in _LIB:
+            return dict(_LIB["status"])
         st = dict(available=False, path=None, reason=None)
         cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-        if os.environ.get("C2_NATIVE", "1") == "0": st["reason"] = "turned off (C2_NATIVE=0)"
-        elif cc is None: st["reason"] = "no C compiler (cc, gcc or clang) on PATH"
+        if os.environ.get("C2_NATIVE", "1") == "0":
+            st["reason"] = "turned off (C2_NATIVE=0)"
+        elif cc is None:
+            st["reason"] = "no C compiler (cc, gcc or clang) on PATH"
         else:
             key = hashlib.sha256("\0".join([_SOURCE, cc, repr(_FLAGS), _cpu_id()]).encode()).hexdigest()[:16]
             root = Path(os.environ.get("C2_NATIVE_CACHE") or Path.home() / ".cache" / "composer2" / "native")
             path = root / f"c2native-{key}.so"
-            try: why = None if path.exists() else _build(cc, path)
-            except OSError as e: why = f"cannot build under {root}: {e}"
+            try:
+                why = None if path.exists() else _build(cc, path)
+            except OSError as e:
+                why = f"cannot build under {root}: {e}"
             if why is None:
                 try:
                     lib = ctypes.CDLL(str(path))
@@ -330,8 +345,10 @@ def native_status() -> dict:
                     ex.restype, ex.argtypes = ctypes.c_int, [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 5
                     kv = lib.c2_store_kv
                     kv.restype, kv.argtypes = None, [ctypes.c_void_p] * 7 + [ctypes.c_int64] * 14
-                    _LIB.update(decode=fn, experts=ex, store=kv); st["available"], st["path"] = True, str(path)
-                except (OSError, AttributeError) as e: why = f"cannot load {path}: {e}"
+                    _LIB.update(decode=fn, experts=ex, store=kv)
+                    st["available"], st["path"] = True, str(path)
+                except (OSError, AttributeError) as e:
+                    why = f"cannot load {path}: {e}"
             st["reason"] = why
         if st["reason"] and os.environ.get("C2_NATIVE", "1") != "0":
             warnings.warn(f"composer2.kernels.native: not in use, PyTorch is ({st['reason']})", stacklevel=2)
@@ -342,10 +359,13 @@ def native_status() -> dict:
 @contextmanager
 def native_off():
     "Inside this block every kernel takes its PyTorch path, in every thread of the process (side-by-side measurements)."
-    with _LOCK: _LIB["off"] += 1
-    try: yield
+    with _LOCK:
+        _LIB["off"] += 1
+    try:
+        yield
     finally:
-        with _LOCK: _LIB["off"] -= 1
+        with _LOCK:
+            _LIB["off"] -= 1
 
 # %% ../../nbs/23_native.ipynb #nat012a
 def _pool_rows(rows, B: int, R: int, who: str) -> torch.Tensor:
@@ -356,6 +376,7 @@ def _pool_rows(rows, B: int, R: int, who: str) -> torch.Tensor:
         raise ValueError(f"{who}: rows {ls[:8]} for a batch of {B} in a pool of {R} rows")
     return r
 
+
 def _tiled_torch(q, kt, v, mask, rows=None):
     """`tiled_decode_attention` in PyTorch (on a copy of the pool rows `rows` and their first S slots, when given): the
     scores of a tile are one [G, D] x [D, TILE] matmul per row and key head."""
@@ -365,53 +386,131 @@ def _tiled_torch(q, kt, v, mask, rows=None):
     if rows is not None:
         r = torch.as_tensor(rows, device=kt.device)
         kt, v = kt[r, :, :n], v[r, :, :S]
-    s = torch.matmul((q * D ** -0.5).view(B, Hkv, 1, H // Hkv, D), kt[:, :, :n])        # [B, Hkv, tiles, G, TILE]
+    s = torch.matmul((q * D**-0.5).view(B, Hkv, 1, H // Hkv, D), kt[:, :, :n])  # [B, Hkv, tiles, G, TILE]
     s = s.transpose(2, 3).reshape(B, Hkv, H // Hkv, n * TILE)[..., :S].masked_fill(~mask, float("-inf")).softmax(-1)
     return torch.matmul(s, v[:, :, :S]).view(B, H, 1, D)
 
 # %% ../../nbs/23_native.ipynb #nat012
-def tiled_decode_attention(q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, rows=None) -> torch.Tensor:
+def tiled_decode_attention(
+    q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, rows=None
+) -> torch.Tensor:
     """Grouped-query attention of q [B, H, 1, D] over the keys of a pool's rows `rows` [B] (default 0..B-1), stored in tiles
     kt [R, Hkv, tiles, D, TILE], and their values v [R, Hkv, >= S, D], under mask [B, 1, 1, S] (True: seen): [B, H, 1, D].
     The native kernel where it is built and applies, else PyTorch on the rows gathered."""
     B, H, T, D = q.shape
     S, Hkv = mask.shape[-1], kt.shape[1]
-    if T != 1 or mask.shape != (B, 1, 1, S) or kt.shape[2] * TILE < S or v.shape[2] < S or H % Hkv or v.shape[0] != kt.shape[0]:
-        raise ValueError(f"tiled_decode_attention: q {tuple(q.shape)}, kt {tuple(kt.shape)}, v {tuple(v.shape)}, mask {tuple(mask.shape)}")
+    if (
+        T != 1
+        or mask.shape != (B, 1, 1, S)
+        or kt.shape[2] * TILE < S
+        or v.shape[2] < S
+        or H % Hkv
+        or v.shape[0] != kt.shape[0]
+    ):
+        raise ValueError(
+            f"tiled_decode_attention: q {tuple(q.shape)}, kt {tuple(kt.shape)}, v {tuple(v.shape)}, mask {tuple(mask.shape)}"
+        )
     r = _pool_rows(rows, B, kt.shape[0], "tiled_decode_attention")
-    if (any(t.dtype != torch.float32 or t.device.type != "cpu" for t in (q, kt, v))
-            or (torch.is_grad_enabled() and any(t.requires_grad for t in (q, kt, v)))
-            or D % 8 or kt.stride(-1) != 1 or kt.stride(-2) != TILE or v.stride(-1) != 1 or v.stride(-2) != D
-            or _LIB["off"] or not native_status()["available"]):
+    if (
+        any(t.dtype != torch.float32 or t.device.type != "cpu" for t in (q, kt, v))
+        or (torch.is_grad_enabled() and any(t.requires_grad for t in (q, kt, v)))
+        or D % 8
+        or kt.stride(-1) != 1
+        or kt.stride(-2) != TILE
+        or v.stride(-1) != 1
+        or v.stride(-2) != D
+        or _LIB["off"]
+        or not native_status()["available"]
+    ):
         return _tiled_torch(q, kt, v, mask, None if rows is None and kt.shape[0] == B else r)
     q = q.contiguous()
     m = mask.reshape(B, S).contiguous().view(torch.uint8)
     out, scratch = torch.empty_like(q), torch.empty(H // Hkv * -(-S // TILE) * TILE)
-    _LIB["decode"](q.data_ptr(), kt.data_ptr(), v.data_ptr(), m.data_ptr(), r.data_ptr(), out.data_ptr(), scratch.data_ptr(),
-                   B, H, Hkv, S, D, kt.stride(0), kt.stride(1), kt.stride(2), v.stride(0), v.stride(1), m.stride(0), D ** -0.5)
+    _LIB["decode"](
+        q.data_ptr(),
+        kt.data_ptr(),
+        v.data_ptr(),
+        m.data_ptr(),
+        r.data_ptr(),
+        out.data_ptr(),
+        scratch.data_ptr(),
+        B,
+        H,
+        Hkv,
+        S,
+        D,
+        kt.stride(0),
+        kt.stride(1),
+        kt.stride(2),
+        v.stride(0),
+        v.stride(1),
+        m.stride(0),
+        D**-0.5,
+    )
     return out
 
 # %% ../../nbs/23_native.ipynb #nat016
-def store_kv(kt: torch.Tensor, v: torch.Tensor, k: torch.Tensor, vals: torch.Tensor, start: torch.Tensor, n: torch.Tensor,
-             rows=None):
+def store_kv(
+    kt: torch.Tensor,
+    v: torch.Tensor,
+    k: torch.Tensor,
+    vals: torch.Tensor,
+    start: torch.Tensor,
+    n: torch.Tensor,
+    rows=None,
+):
     """Write a right-padded chunk's keys `k` and values `vals` [B, Hkv, C, D] into a tiled pool: token j < n[b] of chunk
     row b goes to slot start[b] + j of pool row rows[b] (default b), in the tiles kt [R, Hkv, tiles, D, TILE] and in
     v [R, Hkv, slots, D]. The native kernel where it applies, else PyTorch's indexed assignment (the same values)."""
     B, Hkv, C, D = k.shape
-    s0, m = start.tolist(), n.tolist()                    # checked in Python: a decode step's B numbers, not a dozen tensor ops
-    if (vals.shape != k.shape or kt.shape[1] != Hkv or kt.shape[3:] != (D, TILE) or v.shape[1] != Hkv or v.shape[3] != D
-            or v.shape[0] != kt.shape[0] or start.dim() != 1 or n.dim() != 1 or len(s0) != B or len(m) != B
-            or any(a < 0 or not 0 <= b <= C or a + b > min(v.shape[2], kt.shape[2] * TILE) for a, b in zip(s0, m))):
-        raise ValueError(f"store_kv: kt {tuple(kt.shape)}, v {tuple(v.shape)}, k {tuple(k.shape)}, values {tuple(vals.shape)}, "
-                         f"start {s0}, n {m}")
+    s0, m = start.tolist(), n.tolist()  # checked in Python: a decode step's B numbers, not a dozen tensor ops
+    if (
+        vals.shape != k.shape
+        or kt.shape[1] != Hkv
+        or kt.shape[3:] != (D, TILE)
+        or v.shape[1] != Hkv
+        or v.shape[3] != D
+        or v.shape[0] != kt.shape[0]
+        or start.dim() != 1
+        or n.dim() != 1
+        or len(s0) != B
+        or len(m) != B
+        or any(a < 0 or not 0 <= b <= C or a + b > min(v.shape[2], kt.shape[2] * TILE) for a, b in zip(s0, m))
+    ):
+        raise ValueError(
+            f"store_kv: kt {tuple(kt.shape)}, v {tuple(v.shape)}, k {tuple(k.shape)}, values {tuple(vals.shape)}, "
+            f"start {s0}, n {m}"
+        )
     r = _pool_rows(rows, B, kt.shape[0], "store_kv")
-    if (all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (kt, v, k, vals))
-            and not (torch.is_grad_enabled() and any(t.requires_grad for t in (kt, v, k, vals)))
-            and kt.stride(-1) == 1 and kt.stride(-2) == TILE and v.stride(-1) == 1 and v.stride(-2) == D
-            and k.stride(-1) == 1 and vals.stride(-1) == 1 and not _LIB["off"] and native_status()["available"]):
+    if (
+        all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (kt, v, k, vals))
+        and not (torch.is_grad_enabled() and any(t.requires_grad for t in (kt, v, k, vals)))
+        and kt.stride(-1) == 1
+        and kt.stride(-2) == TILE
+        and v.stride(-1) == 1
+        and v.stride(-2) == D
+        and k.stride(-1) == 1
+        and vals.stride(-1) == 1
+        and not _LIB["off"]
+        and native_status()["available"]
+    ):
         start, n = torch.tensor(s0, dtype=torch.int64), torch.tensor(m, dtype=torch.int64)
-        _LIB["store"](k.data_ptr(), vals.data_ptr(), kt.data_ptr(), v.data_ptr(), r.data_ptr(), start.data_ptr(), n.data_ptr(),
-                      B, Hkv, D, *k.stride()[:3], *vals.stride()[:3], *kt.stride()[:3], *v.stride()[:2])
+        _LIB["store"](
+            k.data_ptr(),
+            vals.data_ptr(),
+            kt.data_ptr(),
+            v.data_ptr(),
+            r.data_ptr(),
+            start.data_ptr(),
+            n.data_ptr(),
+            B,
+            Hkv,
+            D,
+            *k.stride()[:3],
+            *vals.stride()[:3],
+            *kt.stride()[:3],
+            *v.stride()[:2],
+        )
         return
     dev = k.device
     keep = torch.arange(C, device=dev)[None] < n[:, None].to(dev)
@@ -421,9 +520,12 @@ def store_kv(kt: torch.Tensor, v: torch.Tensor, k: torch.Tensor, vals: torch.Ten
     v[pr, :, slots] = vals.permute(0, 2, 1, 3)[keep]
 
 # %% ../../nbs/23_native.ipynb #nat021
-EXPERT_ROWS = 128   # the most tokens `moe_experts` takes: above it the grouped GEMM is as fast (kernels/bench_native.py)
+EXPERT_ROWS = 128  # the most tokens `moe_experts` takes: above it the grouped GEMM is as fast (kernels/bench_native.py)
 
-def moe_experts(x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor | None:
+
+def moe_experts(
+    x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor
+) -> torch.Tensor | None:
     """The routed experts' output for tokens x [N, d]: y[n] = sum_j w[n, j] * (silu(g) * u) @ w_out[e] with
     [g, u] = x[n] @ w_in[e] and e = idx[n, j], for w_in [E, d, 2h] and w_out [E, h, d] (what `composer2.model.moe.MoE` computes
     with its grouped GEMM). The native kernel for at most `EXPERT_ROWS` float32 tokens on the CPU without gradients;
@@ -431,17 +533,41 @@ def moe_experts(x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, w_in: torch
     N, d = x.shape
     E, h = w_in.shape[0], w_out.shape[1]
     if idx.shape != w.shape or idx.shape[0] != N or w_in.shape != (E, d, 2 * h) or w_out.shape != (E, h, d):
-        raise ValueError(f"moe_experts: x {tuple(x.shape)}, idx {tuple(idx.shape)}, w {tuple(w.shape)}, "
-                         f"w_in {tuple(w_in.shape)}, w_out {tuple(w_out.shape)}")
-    if (not 0 < N <= EXPERT_ROWS or d % 8 or h % 8
-            or any(t.dtype != torch.float32 or t.device.type != "cpu" for t in (x, w, w_in, w_out))
-            or (torch.is_grad_enabled() and any(t.requires_grad for t in (x, w, w_in, w_out)))
-            or _LIB["off"] or not native_status()["available"]): return None
+        raise ValueError(
+            f"moe_experts: x {tuple(x.shape)}, idx {tuple(idx.shape)}, w {tuple(w.shape)}, "
+            f"w_in {tuple(w_in.shape)}, w_out {tuple(w_out.shape)}"
+        )
+    if (
+        not 0 < N <= EXPERT_ROWS
+        or d % 8
+        or h % 8
+        or any(t.dtype != torch.float32 or t.device.type != "cpu" for t in (x, w, w_in, w_out))
+        or (torch.is_grad_enabled() and any(t.requires_grad for t in (x, w, w_in, w_out)))
+        or _LIB["off"]
+        or not native_status()["available"]
+    ):
+        return None
     x, w, w_in, w_out = (t.contiguous() for t in (x, w, w_in, w_out))
     idx, k = idx.to(torch.int64).contiguous(), idx.shape[1]
-    y, buf, ints = torch.empty_like(x), torch.empty(N * k * (2 * h + d)), torch.empty(3 * N * k + E + 1, dtype=torch.int64)
-    if _LIB["experts"](x.data_ptr(), idx.data_ptr(), w.data_ptr(), w_in.data_ptr(), w_out.data_ptr(), y.data_ptr(),
-                       buf.data_ptr(), ints.data_ptr(), N, k, E, d, h):
+    y, buf, ints = (
+        torch.empty_like(x),
+        torch.empty(N * k * (2 * h + d)),
+        torch.empty(3 * N * k + E + 1, dtype=torch.int64),
+    )
+    if _LIB["experts"](
+        x.data_ptr(),
+        idx.data_ptr(),
+        w.data_ptr(),
+        w_in.data_ptr(),
+        w_out.data_ptr(),
+        y.data_ptr(),
+        buf.data_ptr(),
+        ints.data_ptr(),
+        N,
+        k,
+        E,
+        d,
+        h,
+    ):
         raise ValueError(f"moe_experts: an expert index is outside [0, {E})")
     return y
-

@@ -8,10 +8,27 @@ import math
 import torch
 import triton
 import triton.language as tl
-from .mx_quant import (INTERPRET, MODES, _C, _bits_view, _check_x, _e4m3_bits, _err,
-                                        _quant_cols_kernel, _quant_rows_kernel, _tuned, _widen)
-from .mx_gemm import (_check_offsets, _group_row_tile, _interp_tiles, _mx_grouped_mm_kernel,
-                                       _mx_wgrad_kernel, default_impl)
+from composer2.kernels.mx_quant import (
+    INTERPRET,
+    MODES,
+    _C,
+    _bits_view,
+    _check_x,
+    _e4m3_bits,
+    _err,
+    _quant_cols_kernel,
+    _quant_rows_kernel,
+    _tuned,
+    _widen,
+)
+from composer2.kernels.mx_gemm import (
+    _check_offsets,
+    _group_row_tile,
+    _interp_tiles,
+    _mx_grouped_mm_kernel,
+    _mx_wgrad_kernel,
+    default_impl,
+)
 
 # %% auto #0
 __all__ = ['E2M1_VALUES', 'NVFP4_BLOCK', 'NVFP4_ROW_DIV', 'NVFP4_TILES', 'NVFP4_IMPLS', 'NVFP4_GEMM_TILES', 'to_nvfp4',
@@ -22,14 +39,14 @@ __all__ = ['E2M1_VALUES', 'NVFP4_BLOCK', 'NVFP4_ROW_DIV', 'NVFP4_TILES', 'NVFP4_
 E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 _E2M1_TIES = [(0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False)]
 NVFP4_BLOCK = 16
-NVFP4_ROW_DIV = 6.0 * 448.0     # largest E2M1 value times largest E4M3 value
+NVFP4_ROW_DIV = 6.0 * 448.0  # largest E2M1 value times largest E4M3 value
 
 # %% ../../nbs/22_nvfp4.ipynb #06c034-1
 def _e2m1_codes(q: torch.Tensor) -> torch.Tensor:
     "Round-to-nearest-even, saturating fp32 -> E2M1 4-bit codes (sign in bit 3)."
     a = q.abs()
     code = torch.zeros_like(a, dtype=torch.uint8)
-    for t, up in _E2M1_TIES:   # at a tie, round toward the even code
+    for t, up in _E2M1_TIES:  # at a tie, round toward the even code
         code += ((a >= t) if up else (a > t)).to(torch.uint8)
     return code | (torch.signbit(q).to(torch.uint8) << 3)
 
@@ -39,14 +56,14 @@ def _to_nvfp4_torch(x2: torch.Tensor):
     R, K = x2.shape
     xf = x2.float()
     amax = xf.abs().amax(-1, keepdim=True)
-    bad = ~torch.isfinite(amax)                                          # a NaN or an Inf in the row
+    bad = ~torch.isfinite(amax)  # a NaN or an Inf in the row
     row = torch.where(amax == 0, 1.0, amax / NVFP4_ROW_DIV)
     xb = xf.reshape(R, K // 16, 16)
-    live = row > 0                                                        # not underflowed, not NaN
-    bs = ((xb.abs().amax(-1) / 6.0) / torch.where(live, row, 1.0)).to(torch.float8_e4m3fn)   # RNE, saturating
+    live = row > 0  # not underflowed, not NaN
+    bs = ((xb.abs().amax(-1) / 6.0) / torch.where(live, row, 1.0)).to(torch.float8_e4m3fn)  # RNE, saturating
     bs = torch.where(bad, 0x7F, torch.where(live, bs.view(torch.uint8), 0)).to(torch.uint8).view(torch.float8_e4m3fn)
     eff = bs.float() * row
-    ok = eff[..., None] > 0                                               # NaN eff (bad rows) -> 0
+    ok = eff[..., None] > 0  # NaN eff (bad rows) -> 0
     q = torch.where(ok, xb / torch.where(ok, eff[..., None], 1.0), 0.0)
     codes = _e2m1_codes(q).reshape(R, K)
     return codes[:, 0::2] | (codes[:, 1::2] << 4), bs, torch.where(bad, float("nan"), row)
@@ -66,46 +83,75 @@ def _e2m1_code(q):
     "Round-to-nearest-even, saturating fp32 -> E2M1 code (int32, sign in bit 3, -0 kept)."
     qb = q.to(tl.int32, bitcast=True)
     a = (qb & 0x7FFFFFFF).to(tl.float32, bitcast=True)
-    c = ((a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32) + (a > 1.25).to(tl.int32) + (a >= 1.75).to(tl.int32)
-         + (a > 2.5).to(tl.int32) + (a >= 3.5).to(tl.int32) + (a > 5.0).to(tl.int32))
+    c = (
+        (a > 0.25).to(tl.int32)
+        + (a >= 0.75).to(tl.int32)
+        + (a > 1.25).to(tl.int32)
+        + (a >= 1.75).to(tl.int32)
+        + (a > 2.5).to(tl.int32)
+        + (a >= 3.5).to(tl.int32)
+        + (a > 5.0).to(tl.int32)
+    )
     return c | ((qb >> 28) & 8)
 
 # %% ../../nbs/22_nvfp4.ipynb #06c034-5
 @triton.jit
-def _nvfp4_quant_kernel(x_ptr, p_ptr, bs_ptr, rs_ptr, R, K, sx, sp, sbs,
-                        BR: tl.constexpr, BK: tl.constexpr, IS_BF16: tl.constexpr, INTERP: tl.constexpr):
+def _nvfp4_quant_kernel(
+    x_ptr,
+    p_ptr,
+    bs_ptr,
+    rs_ptr,
+    R,
+    K,
+    sx,
+    sp,
+    sbs,
+    BR: tl.constexpr,
+    BK: tl.constexpr,
+    IS_BF16: tl.constexpr,
+    INTERP: tl.constexpr,
+):
     "Quantise [R, K] (K % 16 == 0) to NVFP4 along rows: packed [R, K/2], E4M3 block scales [R, K/16], row scales [R]."
     r = tl.program_id(0) * BR + tl.arange(0, BR)
     mr = r < R
     r64 = r.to(tl.int64)
     amax = tl.zeros((BR,), dtype=tl.int32)
-    for k0 in range(0, K, BK):        # pass 1: the row amax, on the bits (NaN patterns sort above Inf)
+    for k0 in range(0, K, BK):  # pass 1: the row amax, on the bits (NaN patterns sort above Inf)
         c = k0 + tl.arange(0, BK)
-        x = _widen(tl.load(x_ptr + r64[:, None] * sx + c[None, :], mask=mr[:, None] & (c < K)[None, :], other=0), IS_BF16)
+        x = _widen(
+            tl.load(x_ptr + r64[:, None] * sx + c[None, :], mask=mr[:, None] & (c < K)[None, :], other=0), IS_BF16
+        )
         amax = tl.maximum(amax, tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1))
     bad = amax >= 0x7F800000
     row = tl.where(amax == 0, 1.0, tl.math.div_rn(amax.to(tl.float32, bitcast=True), 2688.0))
     row = tl.where(bad, float("nan"), row)
     tl.store(rs_ptr + r64, row, mask=mr)
-    for k0 in range(0, K, BK):        # pass 2: block scales and E2M1 codes
+    for k0 in range(0, K, BK):  # pass 2: block scales and E2M1 codes
         c = k0 + tl.arange(0, BK)
-        x = _widen(tl.load(x_ptr + r64[:, None] * sx + c[None, :], mask=mr[:, None] & (c < K)[None, :], other=0), IS_BF16)
+        x = _widen(
+            tl.load(x_ptr + r64[:, None] * sx + c[None, :], mask=mr[:, None] & (c < K)[None, :], other=0), IS_BF16
+        )
         xb = tl.reshape(x, (BR, BK // 16, 16))
         bam = tl.max(xb.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2).to(tl.float32, bitcast=True)
-        live = (row > 0)[:, None]                                  # not underflowed, not NaN
+        live = (row > 0)[:, None]  # not underflowed, not NaN
         bsf = tl.math.div_rn(tl.math.div_rn(bam, 6.0), tl.where(live, row[:, None], 1.0))
         bsb = tl.where(bad[:, None], 0x7F, tl.where(live, _e4m3_bits(bsf, bsf, INTERP).to(tl.int32), 0))
         eff = (_e4m3_value(bsb) * row[:, None])[:, :, None]
         q = tl.where(eff > 0, tl.math.div_rn(xb, tl.where(eff > 0, eff, 1.0)), 0.0)
         lo, hi = tl.split(tl.reshape(_e2m1_code(q), (BR, BK // 2, 2)))
         cp = k0 // 2 + tl.arange(0, BK // 2)
-        tl.store(p_ptr + r64[:, None] * sp + cp[None, :], (lo | (hi << 4)).to(tl.uint8),
-                 mask=mr[:, None] & (cp < K // 2)[None, :])
+        tl.store(
+            p_ptr + r64[:, None] * sp + cp[None, :],
+            (lo | (hi << 4)).to(tl.uint8),
+            mask=mr[:, None] & (cp < K // 2)[None, :],
+        )
         cb = k0 // 16 + tl.arange(0, BK // 16)
-        tl.store(bs_ptr + r64[:, None] * sbs + cb[None, :], bsb.to(tl.uint8), mask=mr[:, None] & (cb < K // 16)[None, :])
+        tl.store(
+            bs_ptr + r64[:, None] * sbs + cb[None, :], bsb.to(tl.uint8), mask=mr[:, None] & (cb < K // 16)[None, :]
+        )
 
 # %% ../../nbs/22_nvfp4.ipynb #06c035
-NVFP4_TILES = {"interpret": dict(row_elems=16384, cols=4096), "gpu": dict(cols=1024)}   # GPU: rows per program autotuned
+NVFP4_TILES = {"interpret": dict(row_elems=16384, cols=4096), "gpu": dict(cols=1024)}  # GPU: rows per program autotuned
 _NVFP4_Q_CONFIGS = [_C(dict(BR=br), num_warps=w) for br, w in [(4, 4), (8, 4), (16, 8), (2, 4), (32, 8)]]
 _nvfp4_quant_tuned = _tuned(_nvfp4_quant_kernel, _NVFP4_Q_CONFIGS, ["K", "BK", "IS_BF16"])
 
@@ -122,7 +168,9 @@ def _nvfp4_quant(x2):
             t = NVFP4_TILES["interpret"]
             BK = min(t["cols"], triton.next_power_of_2(K))
             BR = max(1, min(t["row_elems"] // BK, triton.next_power_of_2(R)))
-            _nvfp4_quant_kernel[(triton.cdiv(R, BR),)](*args, BR=BR, BK=BK, IS_BF16=x2.dtype == torch.bfloat16, INTERP=True)
+            _nvfp4_quant_kernel[(triton.cdiv(R, BR),)](
+                *args, BR=BR, BK=BK, IS_BF16=x2.dtype == torch.bfloat16, INTERP=True
+            )
         else:
             BK = min(NVFP4_TILES["gpu"]["cols"], triton.next_power_of_2(K))
             _nvfp4_quant_tuned[lambda META: (triton.cdiv(R, META["BR"]),)](*args, BK=BK, IS_BF16=False, INTERP=False)
@@ -135,8 +183,10 @@ def to_nvfp4(x, block=16, backend="triton"):
     Row scale = amax/(6*448); block scale = E4M3(block amax/6/row scale); elements = E2M1(x / (block scale * row
     scale)); IEEE-exact divisions. `backend` "triton" (the kernel) or "torch" (the reference); bit-identical."""
     _check_x(x)
-    if block != NVFP4_BLOCK: raise _err("block", f"{block} is not supported (NVFP4 uses blocks of 16)")
-    if backend not in ("triton", "torch"): raise _err("backend", f"{backend!r} is not one of triton, torch")
+    if block != NVFP4_BLOCK:
+        raise _err("block", f"{block} is not supported (NVFP4 uses blocks of 16)")
+    if backend not in ("triton", "torch"):
+        raise _err("backend", f"{backend!r} is not one of triton, torch")
     K = x.shape[-1] if x.dim() else None
     if not K or K % NVFP4_BLOCK:
         raise _err("x", f"last dimension {K} is not a positive multiple of 16 (pad it first)")
@@ -153,15 +203,20 @@ def from_nvfp4(packed, block_scale, row_scale, dtype=torch.float32):
     """Dequantise NVFP4 (packed E2M1 pairs, low nibble first; E4M3 block-16 scales; FP32 row scales): computed exactly
     in float64, rounded once to `dtype` (so `dtype=torch.float64` is the exact value)."""
     if not isinstance(packed, torch.Tensor) or packed.dtype != torch.uint8:
-        raise _err("packed", f"expected uint8 pairs of E2M1 codes, got {getattr(packed, 'dtype', type(packed).__name__)}")
+        raise _err(
+            "packed", f"expected uint8 pairs of E2M1 codes, got {getattr(packed, 'dtype', type(packed).__name__)}"
+        )
     if not isinstance(block_scale, torch.Tensor) or block_scale.dtype != torch.float8_e4m3fn:
-        raise _err("block_scale", f"expected float8_e4m3fn, got {getattr(block_scale, 'dtype', type(block_scale).__name__)}")
+        raise _err(
+            "block_scale", f"expected float8_e4m3fn, got {getattr(block_scale, 'dtype', type(block_scale).__name__)}"
+        )
     K = packed.shape[-1] * 2
     if tuple(block_scale.shape) != (*packed.shape[:-1], K // 16):
         raise _err("block_scale", f"shape {tuple(block_scale.shape)} does not match packed {tuple(packed.shape)}")
     if not isinstance(row_scale, torch.Tensor) or tuple(row_scale.shape) != (*packed.shape[:-1], 1):
         raise _err("row_scale", f"expected shape {(*packed.shape[:-1], 1)}")
-    if row_scale.dtype != torch.float32: raise _err("row_scale", f"expected float32, got {row_scale.dtype}")
+    if row_scale.dtype != torch.float32:
+        raise _err("row_scale", f"expected float32, got {row_scale.dtype}")
     codes = torch.stack([packed & 0xF, packed >> 4], -1).reshape(*packed.shape[:-1], K)
     v = E2M1_VALUES.double().to(packed.device)[(codes & 7).long()] * torch.where((codes & 8) > 0, -1.0, 1.0).double()
     eff = block_scale.double().repeat_interleave(16, -1) * row_scale.double()
@@ -172,20 +227,48 @@ def from_nvfp4(packed, block_scale, row_scale, dtype=torch.float32):
 def _nvfp4_tile(p, s, BR: tl.constexpr, BK: tl.constexpr):
     """Packed E2M1 [BR, BK/2] (uint8) and E4M3 scale bytes [BR, BK/16] -> element * block scale [BR, BK] fp32, exact.
     Decoded on the bits, inline (each nested jit call costs the interpreter milliseconds)."""
-    c = tl.join(p.to(tl.int32) & 0xF, p.to(tl.int32) >> 4)                       # [BR, BK/2, 2]: low nibble first
+    c = tl.join(p.to(tl.int32) & 0xF, p.to(tl.int32) >> 4)  # [BR, BK/2, 2]: low nibble first
     e, m = (c >> 1) & 3, c & 1
     v = (tl.where(e > 0, ((e + 126) << 23) | (m << 22), m * 0x3F000000) | ((c & 8) << 28)).to(tl.float32, bitcast=True)
-    sb = s.to(tl.int32)                                                          # E4M3 bits, 0x7F (NaN) not expected
+    sb = s.to(tl.int32)  # E4M3 bits, 0x7F (NaN) not expected
     se, sm = (sb >> 3) & 0xF, sb & 7
-    sv = tl.where(se == 0, sm.to(tl.float32) * 0.001953125, (((se + 120) << 23) | (sm << 20)).to(tl.float32, bitcast=True))
+    sv = tl.where(
+        se == 0, sm.to(tl.float32) * 0.001953125, (((se + 120) << 23) | (sm << 20)).to(tl.float32, bitcast=True)
+    )
     return tl.reshape(tl.reshape(v, (BR, BK // 16, 16)) * sv[:, :, None], (BR, BK))
 
 # %% ../../nbs/22_nvfp4.ipynb #06c043-1
 @triton.jit
-def _nvfp4_grouped_mm_kernel(a_ptr, sa_ptr, ra_ptr, b_ptr, sb_ptr, rb_ptr, c_ptr, offs_ptr, N, K, G,
-                             sam, ssam, sram, sbe, sbn, ssbe, ssbn, srbe, srbn, scm, scn,
-                             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G_P2: tl.constexpr,
-                             DOT_SCALED: tl.constexpr, DOT_BF16: tl.constexpr):
+def _nvfp4_grouped_mm_kernel(
+    a_ptr,
+    sa_ptr,
+    ra_ptr,
+    b_ptr,
+    sb_ptr,
+    rb_ptr,
+    c_ptr,
+    offs_ptr,
+    N,
+    K,
+    G,
+    sam,
+    ssam,
+    sram,
+    sbe,
+    sbn,
+    ssbe,
+    ssbn,
+    srbe,
+    srbn,
+    scm,
+    scn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    G_P2: tl.constexpr,
+    DOT_SCALED: tl.constexpr,
+    DOT_BF16: tl.constexpr,
+):
     """C[rows of g] = A[rows] @ B[g]^T for NVFP4 A [M, K] (packed [M, K/2], E4M3 scales [M, K/16], row scales [M])
     and B [G, N, K] likewise, both blocked along K; rows of group g are offs[g-1]:offs[g]."""
     pm, pn = tl.program_id(0), tl.program_id(1)
@@ -199,18 +282,25 @@ def _nvfp4_grouped_mm_kernel(a_ptr, sa_ptr, ra_ptr, b_ptr, sb_ptr, rb_ptr, c_ptr
         sb_base = sb_ptr + g.to(tl.int64) * ssbe
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for k0 in range(0, K, BK):
-            rk = k0 // 2 + tl.arange(0, BK // 2)          # packed bytes
+            rk = k0 // 2 + tl.arange(0, BK // 2)  # packed bytes
             mk = rk < K // 2
-            rs = k0 // 16 + tl.arange(0, BK // 16)        # block scales
+            rs = k0 // 16 + tl.arange(0, BK // 16)  # block scales
             ms = rs < K // 16
             a = tl.load(a_ptr + rm64[:, None] * sam + rk[None, :], mask=mm[:, None] & mk[None, :], other=0)
             bt = tl.load(b_base + rn64[:, None] * sbn + rk[None, :], mask=mn[:, None] & mk[None, :], other=0)
             sa = tl.load(sa_ptr + rm64[:, None] * ssam + rs[None, :], mask=mm[:, None] & ms[None, :], other=0)
             sb = tl.load(sb_base + rn64[:, None] * ssbn + rs[None, :], mask=mn[:, None] & ms[None, :], other=0)
-            if DOT_SCALED:   # NVFP4 block-scaled MMA on sm_100 (E4M3 scales, blocks of 16)
-                acc = tl.dot_scaled(a, sa.to(tl.float8e4nv, bitcast=True), "e2m1",
-                                    tl.trans(bt), sb.to(tl.float8e4nv, bitcast=True), "e2m1", acc)
-            else:            # exact element*scale tiles; BF16 holds them exactly
+            if DOT_SCALED:  # NVFP4 block-scaled MMA on sm_100 (E4M3 scales, blocks of 16)
+                acc = tl.dot_scaled(
+                    a,
+                    sa.to(tl.float8e4nv, bitcast=True),
+                    "e2m1",
+                    tl.trans(bt),
+                    sb.to(tl.float8e4nv, bitcast=True),
+                    "e2m1",
+                    acc,
+                )
+            else:  # exact element*scale tiles; BF16 holds them exactly
                 av = _nvfp4_tile(a, sa, BM, BK)
                 bv = _nvfp4_tile(bt, sb, BN, BK)
                 if DOT_BF16:
@@ -220,23 +310,45 @@ def _nvfp4_grouped_mm_kernel(a_ptr, sa_ptr, ra_ptr, b_ptr, sb_ptr, rb_ptr, c_ptr
         ra = tl.load(ra_ptr + rm64 * sram, mask=mm, other=0.0)
         rb = tl.load(rb_ptr + g.to(tl.int64) * srbe + rn64 * srbn, mask=mn, other=0.0)
         out = acc * ra[:, None] * rb[None, :]
-        tl.store(c_ptr + rm64[:, None] * scm + rn64[None, :] * scn, out.to(c_ptr.dtype.element_ty),
-                 mask=mm[:, None] & mn[None, :])
+        tl.store(
+            c_ptr + rm64[:, None] * scm + rn64[None, :] * scn,
+            out.to(c_ptr.dtype.element_ty),
+            mask=mm[:, None] & mn[None, :],
+        )
 
 # %% ../../nbs/22_nvfp4.ipynb #06c043-2
 NVFP4_IMPLS = ("dequant", "dot_scaled")
-NVFP4_GEMM_TILES = {"interpret": dict(BM=128, BN=128, BK=128)}                 # GPU: autotuned
+NVFP4_GEMM_TILES = {"interpret": dict(BM=128, BN=128, BK=128)}  # GPU: autotuned
 _NVFP4_GEMM_CONFIGS = {
-    "dequant": [_C(dict(BM=bm, BN=bn, BK=bk), num_warps=w, num_stages=st) for bm, bn, bk, w, st in
-                [(128, 128, 64, 8, 3), (128, 128, 128, 8, 3), (64, 128, 128, 4, 3), (128, 64, 128, 4, 3), (128, 256, 64, 8, 3)]],
-    "dot_scaled": [_C(dict(BM=bm, BN=bn, BK=bk), num_warps=w, num_stages=st) for bm, bn, bk, w, st in
-                   [(128, 128, 128, 4, 3), (128, 128, 256, 8, 3), (128, 256, 128, 8, 3), (128, 64, 256, 4, 3)]]}
-_nvfp4_gmm_tuned = {k: _tuned(_nvfp4_grouped_mm_kernel, v, ["N", "K", "DOT_SCALED"]) for k, v in _NVFP4_GEMM_CONFIGS.items()}
+    "dequant": [
+        _C(dict(BM=bm, BN=bn, BK=bk), num_warps=w, num_stages=st)
+        for bm, bn, bk, w, st in [
+            (128, 128, 64, 8, 3),
+            (128, 128, 128, 8, 3),
+            (64, 128, 128, 4, 3),
+            (128, 64, 128, 4, 3),
+            (128, 256, 64, 8, 3),
+        ]
+    ],
+    "dot_scaled": [
+        _C(dict(BM=bm, BN=bn, BK=bk), num_warps=w, num_stages=st)
+        for bm, bn, bk, w, st in [
+            (128, 128, 128, 4, 3),
+            (128, 128, 256, 8, 3),
+            (128, 256, 128, 8, 3),
+            (128, 64, 256, 4, 3),
+        ]
+    ],
+}
+_nvfp4_gmm_tuned = {
+    k: _tuned(_nvfp4_grouped_mm_kernel, v, ["N", "K", "DOT_SCALED"]) for k, v in _NVFP4_GEMM_CONFIGS.items()
+}
 
 # %% ../../nbs/22_nvfp4.ipynb #06c043-3
 def default_nvfp4_impl(device=None) -> str:
     "'dot_scaled' (native NVFP4 MMA) on sm_100+; 'dequant' on older GPUs (BF16 tensor cores) and in the interpreter."
-    if INTERPRET or not torch.cuda.is_available(): return "dequant"
+    if INTERPRET or not torch.cuda.is_available():
+        return "dequant"
     return "dot_scaled" if torch.cuda.get_device_capability(device)[0] >= 10 else "dequant"
 
 # %% ../../nbs/22_nvfp4.ipynb #06c043-4
@@ -251,40 +363,83 @@ def _check_nvfp4(op, name, ndim):
         raise _err(name, f"block scales must be float8_e4m3fn, got {getattr(s, 'dtype', type(s).__name__)}")
     if not isinstance(r, torch.Tensor) or r.dtype != torch.float32:
         raise _err(name, f"row scales must be float32, got {getattr(r, 'dtype', type(r).__name__)}")
-    if p.dim() != ndim: raise _err(name, f"packed data must be {ndim}-d, got shape {tuple(p.shape)}")
+    if p.dim() != ndim:
+        raise _err(name, f"packed data must be {ndim}-d, got shape {tuple(p.shape)}")
     K = p.shape[-1] * 2
-    if K % NVFP4_BLOCK: raise _err(name, f"reduction dimension {K} is not a multiple of 16")
+    if K % NVFP4_BLOCK:
+        raise _err(name, f"reduction dimension {K} is not a multiple of 16")
     if tuple(s.shape) != (*p.shape[:-1], K // 16):
-        raise _err(name, f"block-scale shape {tuple(s.shape)} does not match packed {tuple(p.shape)} (expected {(*p.shape[:-1], K // 16)})")
+        raise _err(
+            name,
+            f"block-scale shape {tuple(s.shape)} does not match packed {tuple(p.shape)} (expected {(*p.shape[:-1], K // 16)})",
+        )
     if tuple(r.shape) != (*p.shape[:-1], 1):
-        raise _err(name, f"row-scale shape {tuple(r.shape)} does not match packed {tuple(p.shape)} (expected {(*p.shape[:-1], 1)})")
-    if not (p.is_contiguous() and s.is_contiguous() and r.is_contiguous()): raise _err(name, "must be contiguous")
-    if not (p.device == s.device == r.device): raise _err(name, "packed data and scales are on different devices")
+        raise _err(
+            name,
+            f"row-scale shape {tuple(r.shape)} does not match packed {tuple(p.shape)} (expected {(*p.shape[:-1], 1)})",
+        )
+    if not (p.is_contiguous() and s.is_contiguous() and r.is_contiguous()):
+        raise _err(name, "must be contiguous")
+    if not (p.device == s.device == r.device):
+        raise _err(name, "packed data and scales are on different devices")
     return p, s.view(torch.uint8), r, K
 
 # %% ../../nbs/22_nvfp4.ipynb #06c043-5
 def _launch_nvfp4(xp, xs, xr, wp, ws, wr, offs, M, N, K, G, out_dtype, impl):
     "Launch the grouped NVFP4 kernel (operands validated)."
-    if impl not in NVFP4_IMPLS: raise _err("impl", f"{impl!r} is not one of {', '.join(NVFP4_IMPLS)}")
+    if impl not in NVFP4_IMPLS:
+        raise _err("impl", f"{impl!r} is not one of {', '.join(NVFP4_IMPLS)}")
     c = torch.empty((M, N), dtype=out_dtype, device=xp.device)
-    if M == 0 or N == 0: return c
-    args = (xp, xs, xr, wp, ws, wr, c, offs, N, K, G, xp.stride(0), xs.stride(0), xr.stride(0),
-            wp.stride(0), wp.stride(1), ws.stride(0), ws.stride(1), wr.stride(0), wr.stride(1), c.stride(0), c.stride(1))
+    if M == 0 or N == 0:
+        return c
+    args = (
+        xp,
+        xs,
+        xr,
+        wp,
+        ws,
+        wr,
+        c,
+        offs,
+        N,
+        K,
+        G,
+        xp.stride(0),
+        xs.stride(0),
+        xr.stride(0),
+        wp.stride(0),
+        wp.stride(1),
+        ws.stride(0),
+        ws.stride(1),
+        wr.stride(0),
+        wr.stride(1),
+        c.stride(0),
+        c.stride(1),
+    )
     if INTERPRET:
         t = NVFP4_GEMM_TILES["interpret"]
         _nvfp4_grouped_mm_kernel[(triton.cdiv(M, t["BM"]) + G, triton.cdiv(N, t["BN"]))](
-            *args, BM=t["BM"], BN=t["BN"], BK=t["BK"], G_P2=triton.next_power_of_2(G), DOT_SCALED=impl == "dot_scaled",
-            DOT_BF16=False)
+            *args,
+            BM=t["BM"],
+            BN=t["BN"],
+            BK=t["BK"],
+            G_P2=triton.next_power_of_2(G),
+            DOT_SCALED=impl == "dot_scaled",
+            DOT_BF16=False,
+        )
     else:
         grid = lambda META: (triton.cdiv(M, META["BM"]) + G, triton.cdiv(N, META["BN"]))
-        _nvfp4_gmm_tuned[impl][grid](*args, G_P2=triton.next_power_of_2(G), DOT_SCALED=impl == "dot_scaled", DOT_BF16=True)
+        _nvfp4_gmm_tuned[impl][grid](
+            *args, G_P2=triton.next_power_of_2(G), DOT_SCALED=impl == "dot_scaled", DOT_BF16=True
+        )
     return c
 
 # %% ../../nbs/22_nvfp4.ipynb #06c043-6
 def nvfp4_weights(b, backend="triton"):
     "NVFP4 of weights b [G, K, N] (or [K, N]) as the GEMMs take them: b transposed, [G, N, K], quantised along K."
     _check_x(b, "b")
-    if b.dim() not in (2, 3): raise _err("b", f"expected [K, N] or [G, K, N], got shape {tuple(b.shape)}")
+    if b.dim() not in (2, 3):
+        raise _err("b", f"expected [K, N] or [G, K, N], got shape {tuple(b.shape)}")
     return to_nvfp4(b.transpose(-2, -1).contiguous(), backend=backend)
 
 # %% ../../nbs/22_nvfp4.ipynb #06c043-7
@@ -294,9 +449,12 @@ def nvfp4_grouped_mm(x, w, offsets, out_dtype=torch.bfloat16, impl=None):
     xp, xs, xr, K = _check_nvfp4(x, "x", 2)
     wp, ws, wr, K2 = _check_nvfp4(w, "w", 3)
     M, (G, N) = xp.shape[0], wp.shape[:2]
-    if K2 != K: raise _err("w", f"reduction dimension {K2} does not match x's {K}")
-    if wp.device != xp.device: raise _err("w", "is on another device than x")
-    if out_dtype not in (torch.bfloat16, torch.float32): raise _err("out_dtype", f"{out_dtype} (bfloat16 or float32)")
+    if K2 != K:
+        raise _err("w", f"reduction dimension {K2} does not match x's {K}")
+    if wp.device != xp.device:
+        raise _err("w", "is on another device than x")
+    if out_dtype not in (torch.bfloat16, torch.float32):
+        raise _err("out_dtype", f"{out_dtype} (bfloat16 or float32)")
     offs = _check_offsets(offsets, M, G, xp.device)
     return _launch_nvfp4(xp, xs, xr, wp, ws, wr, offs, M, N, K, G, out_dtype, impl or default_nvfp4_impl(xp.device))
 
@@ -305,7 +463,8 @@ def nvfp4_mm(a, b, out_dtype=torch.bfloat16, impl=None):
     "NVFP4 GEMM a @ b^T: a = to_nvfp4(A [M, K]), b = NVFP4 of [N, K] (nvfp4_weights(B [K, N]), or an nn.Linear weight)."
     _, _, _, K = _check_nvfp4(a, "a", 2)
     bp, bs, br, Kb = _check_nvfp4(b, "b", 2)
-    if Kb != K: raise _err("b", f"reduction dimension {Kb} does not match a's {K}")
+    if Kb != K:
+        raise _err("b", f"reduction dimension {Kb} does not match a's {K}")
     offs = torch.tensor([a[0].shape[0]], dtype=torch.int32, device=a[0].device)
     return nvfp4_grouped_mm(a, (bp[None], bs[None], br[None]), offs, out_dtype, impl)
 
@@ -313,18 +472,23 @@ def nvfp4_mm(a, b, out_dtype=torch.bfloat16, impl=None):
 import weakref
 from ..core import C2Error
 
-_NVFP4_WEIGHTS: dict = {}     # id(weight) -> (weakref, version, quantised); entries leave with their tensor
+_NVFP4_WEIGHTS: dict = {}  # id(weight) -> (weakref, version, quantised); entries leave with their tensor
 
 # %% ../../nbs/22_nvfp4.ipynb #06c047-1
 def _cached_nvfp4_weights(b):
     "nvfp4_weights(b), quantised again only when b is a new tensor or was modified in place."
-    try: version = b._version
-    except RuntimeError: return nvfp4_weights(b)           # inference tensors have no version counter
+    try:
+        version = b._version
+    except RuntimeError:
+        return nvfp4_weights(b)  # inference tensors have no version counter
     key, hit = id(b), _NVFP4_WEIGHTS.get(id(b))
-    if hit is not None and hit[0]() is b and hit[1] == version and hit[2][0].device == b.device: return hit[2]
+    if hit is not None and hit[0]() is b and hit[1] == version and hit[2][0].device == b.device:
+        return hit[2]
     q = nvfp4_weights(b.detach())
-    try: ref = weakref.ref(b, lambda _, k=key: _NVFP4_WEIGHTS.pop(k, None))
-    except TypeError: return q
+    try:
+        ref = weakref.ref(b, lambda _, k=key: _NVFP4_WEIGHTS.pop(k, None))
+    except TypeError:
+        return q
     _NVFP4_WEIGHTS[key] = (ref, version, q)
     return q
 
@@ -332,15 +496,19 @@ def _cached_nvfp4_weights(b):
 def nvfp4_expert_mm(a, b, offs, impl=None):
     """The model's `nvfp4` expert backend (forward only): fn(a [M, K], b [G, K, N], offs int32 cumulative ends) ->
     [M, N] in a's dtype (bf16 under CUDA autocast). K must be a multiple of 16. Raises C2Error if gradients are needed."""
-    _check_x(a, "a"); _check_x(b, "b")
+    _check_x(a, "a")
+    _check_x(b, "b")
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-        raise C2Error("model.expert_backend=nvfp4 is forward-only (serving and rollouts): train with mxfp8 or "
-                      "grouped_mm, or run the forward under torch.no_grad()")
+        raise C2Error(
+            "model.expert_backend=nvfp4 is forward-only (serving and rollouts): train with mxfp8 or "
+            "grouped_mm, or run the forward under torch.no_grad()"
+        )
     if a.is_cuda and torch.is_autocast_enabled("cuda"):
         a = a.to(torch.get_autocast_dtype("cuda"))
     if a.dim() != 2 or b.dim() != 3 or b.shape[1] != a.shape[1]:
         raise _err("b", f"shapes a {tuple(a.shape)} and b {tuple(b.shape)} are not [M, K] and [G, K, N]")
-    if a.shape[1] % NVFP4_BLOCK: raise _err("b", f"K={a.shape[1]} must be a multiple of 16 (NVFP4 blocks); pad the expert dims")
+    if a.shape[1] % NVFP4_BLOCK:
+        raise _err("b", f"K={a.shape[1]} must be a multiple of 16 (NVFP4 blocks); pad the expert dims")
     offs = _check_offsets(offs, a.shape[0], b.shape[0], a.device)
     return nvfp4_grouped_mm(to_nvfp4(a), _cached_nvfp4_weights(b), offs, out_dtype=a.dtype, impl=impl)
 
@@ -351,37 +519,106 @@ def kernel_variants():
     out = []
     for xdt, bf in [("*bf16", True), ("*fp32", False)]:
         for mode in (0, 1):
-            out.append((f"quant_rows[{'bf16' if bf else 'fp32'},{MODES[mode]}]", _quant_rows_kernel,
-                        dict(x_ptr=xdt, d_ptr=u8, s_ptr=u8, R=i32, C=i32, sx=i32, sd=i32, ss=i32),
-                        dict(BR=32, BC=128, IS_BF16=False, MODE=mode, INTERP=False)))
-            out.append((f"quant_cols[{'bf16' if bf else 'fp32'},{MODES[mode]}]", _quant_cols_kernel,
-                        dict(x_ptr=xdt, d_ptr=u8, s_ptr=u8, bend_ptr="*i32", offs_ptr="*i32", N=i32, I=i32, G=i32,
-                             NB=i32, **{k: i32 for k in "sxo sxn sxi sdo sdn sdi sso ssb ssi".split()}),
-                        dict(BB=4, BI=128, G_P2=64, IS_BF16=False, MODE=mode, INTERP=False)))
+            out.append(
+                (
+                    f"quant_rows[{'bf16' if bf else 'fp32'},{MODES[mode]}]",
+                    _quant_rows_kernel,
+                    dict(x_ptr=xdt, d_ptr=u8, s_ptr=u8, R=i32, C=i32, sx=i32, sd=i32, ss=i32),
+                    dict(BR=32, BC=128, IS_BF16=False, MODE=mode, INTERP=False),
+                )
+            )
+            out.append(
+                (
+                    f"quant_cols[{'bf16' if bf else 'fp32'},{MODES[mode]}]",
+                    _quant_cols_kernel,
+                    dict(
+                        x_ptr=xdt,
+                        d_ptr=u8,
+                        s_ptr=u8,
+                        bend_ptr="*i32",
+                        offs_ptr="*i32",
+                        N=i32,
+                        I=i32,
+                        G=i32,
+                        NB=i32,
+                        **{k: i32 for k in "sxo sxn sxi sdo sdn sdi sso ssb ssi".split()},
+                    ),
+                    dict(BB=4, BI=128, G_P2=64, IS_BF16=False, MODE=mode, INTERP=False),
+                )
+            )
     for impl in ("fp8", "dot_scaled"):
         t = dict(BM=128, BN=128, BK=64 if impl == "fp8" else 128)
         for cdt in ("*bf16", "*fp32"):
-            out.append((f"grouped_mm[{impl},{cdt[1:]}]", _mx_grouped_mm_kernel,
-                        dict(a_ptr="*fp8e4nv", sa_ptr=u8, b_ptr="*fp8e4nv", sb_ptr=u8, c_ptr=cdt, offs_ptr="*i32",
-                             N=i32, K=i32, G=i32,
-                             **{k: i32 for k in "sam sak ssam ssak sbe sbk sbn ssbe ssbk ssbn scm scn".split()}),
-                        dict(**t, G_P2=64, DOT_SCALED=impl == "dot_scaled")))
-        out.append((f"wgrad[{impl}]", _mx_wgrad_kernel,
-                    dict(a_ptr="*fp8e4nv", sa_ptr=u8, b_ptr="*fp8e4nv", sb_ptr=u8, c_ptr="*fp32", offs_ptr="*i32",
-                         bend_ptr="*i32", P=i32, Q=i32,
-                         **{k: i32 for k in "sap sam ssap ssab sbq sbm ssbq ssbb sce scp scq".split()}),
-                    dict(BP=128, BQ=128, BKR=64 if impl == "fp8" else 128, DOT_SCALED=impl == "dot_scaled")))
+            out.append(
+                (
+                    f"grouped_mm[{impl},{cdt[1:]}]",
+                    _mx_grouped_mm_kernel,
+                    dict(
+                        a_ptr="*fp8e4nv",
+                        sa_ptr=u8,
+                        b_ptr="*fp8e4nv",
+                        sb_ptr=u8,
+                        c_ptr=cdt,
+                        offs_ptr="*i32",
+                        N=i32,
+                        K=i32,
+                        G=i32,
+                        **{k: i32 for k in "sam sak ssam ssak sbe sbk sbn ssbe ssbk ssbn scm scn".split()},
+                    ),
+                    dict(**t, G_P2=64, DOT_SCALED=impl == "dot_scaled"),
+                )
+            )
+        out.append(
+            (
+                f"wgrad[{impl}]",
+                _mx_wgrad_kernel,
+                dict(
+                    a_ptr="*fp8e4nv",
+                    sa_ptr=u8,
+                    b_ptr="*fp8e4nv",
+                    sb_ptr=u8,
+                    c_ptr="*fp32",
+                    offs_ptr="*i32",
+                    bend_ptr="*i32",
+                    P=i32,
+                    Q=i32,
+                    **{k: i32 for k in "sap sam ssap ssab sbq sbm ssbq ssbb sce scp scq".split()},
+                ),
+                dict(BP=128, BQ=128, BKR=64 if impl == "fp8" else 128, DOT_SCALED=impl == "dot_scaled"),
+            )
+        )
     for xdt in ("*bf16", "*fp32"):
-        out.append((f"nvfp4_quant[{xdt[1:]}]", _nvfp4_quant_kernel,
-                    dict(x_ptr=xdt, p_ptr=u8, bs_ptr=u8, rs_ptr="*fp32", R=i32, K=i32, sx=i32, sp=i32, sbs=i32),
-                    dict(BR=8, BK=1024, IS_BF16=False, INTERP=False)))
+        out.append(
+            (
+                f"nvfp4_quant[{xdt[1:]}]",
+                _nvfp4_quant_kernel,
+                dict(x_ptr=xdt, p_ptr=u8, bs_ptr=u8, rs_ptr="*fp32", R=i32, K=i32, sx=i32, sp=i32, sbs=i32),
+                dict(BR=8, BK=1024, IS_BF16=False, INTERP=False),
+            )
+        )
     for impl in NVFP4_IMPLS:
         for cdt in ("*bf16", "*fp32"):
-            out.append((f"nvfp4_mm[{impl},{cdt[1:]}]", _nvfp4_grouped_mm_kernel,
-                        dict(a_ptr=u8, sa_ptr=u8, ra_ptr="*fp32", b_ptr=u8, sb_ptr=u8, rb_ptr="*fp32", c_ptr=cdt,
-                             offs_ptr="*i32", N=i32, K=i32, G=i32,
-                             **{k: i32 for k in "sam ssam sram sbe sbn ssbe ssbn srbe srbn scm scn".split()}),
-                        dict(BM=128, BN=128, BK=128, G_P2=64, DOT_SCALED=impl == "dot_scaled", DOT_BF16=True)))
+            out.append(
+                (
+                    f"nvfp4_mm[{impl},{cdt[1:]}]",
+                    _nvfp4_grouped_mm_kernel,
+                    dict(
+                        a_ptr=u8,
+                        sa_ptr=u8,
+                        ra_ptr="*fp32",
+                        b_ptr=u8,
+                        sb_ptr=u8,
+                        rb_ptr="*fp32",
+                        c_ptr=cdt,
+                        offs_ptr="*i32",
+                        N=i32,
+                        K=i32,
+                        G=i32,
+                        **{k: i32 for k in "sam ssam sram sbe sbn ssbe ssbn srbe srbn scm scn".split()},
+                    ),
+                    dict(BM=128, BN=128, BK=128, G_P2=64, DOT_SCALED=impl == "dot_scaled", DOT_BF16=True),
+                )
+            )
     return out
 
 # %% ../../nbs/22_nvfp4.ipynb #06c057-1
@@ -391,14 +628,20 @@ def compile_for(capability: int, names=None) -> dict:
     import time
     from triton.compiler import ASTSource
     from triton.backends.compiler import GPUTarget
-    if INTERPRET: raise RuntimeError("compile_for needs TRITON_INTERPRET=0 (the kernels are interpreted in this process)")
+
+    if INTERPRET:
+        raise RuntimeError("compile_for needs TRITON_INTERPRET=0 (the kernels are interpreted in this process)")
     times = {}
     for name, fn, sig, const in kernel_variants():
-        if names and name not in names: continue
+        if names and name not in names:
+            continue
         full = {**sig, **{k: "constexpr" for k in const}}
         full = {a: full[a] for a in fn.arg_names}
         t0 = time.time()
-        triton.compile(ASTSource(fn, full, const), target=GPUTarget("cuda", capability, 32),
-                       options=dict(num_warps=8 if "mm" in name or "wgrad" in name else 4, num_stages=3))
+        triton.compile(
+            ASTSource(fn, full, const),
+            target=GPUTarget("cuda", capability, 32),
+            options=dict(num_warps=8 if "mm" in name or "wgrad" in name else 4, num_stages=3),
+        )
         times[name] = round(time.time() - t0, 2)
     return times

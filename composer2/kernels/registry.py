@@ -17,30 +17,39 @@ def loop_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> tor
     starts = torch.cat([offs.new_zeros(1), offs[:-1]]).tolist()
     return torch.cat([a[s:e] @ b[g] for g, (s, e) in enumerate(zip(starts, offs.tolist()))], 0)
 
+
 def torch_grouped_mm(a, b, offs):
     "One `torch._grouped_mm` over all experts (fp32 / bf16; 16-byte-aligned strides); bf16 under CUDA autocast."
-    if a.is_cuda and torch.is_autocast_enabled("cuda"): a = a.to(torch.get_autocast_dtype("cuda"))
+    if a.is_cuda and torch.is_autocast_enabled("cuda"):
+        a = a.to(torch.get_autocast_dtype("cuda"))
     return F.grouped_mm(a, b.to(a.dtype), offs=offs)
 
 # %% ../../nbs/24_registry.ipynb #e66ce0dd
 # name -> grouped GEMM, or "module:function" of a kernel module imported on first use (Triton only when asked for)
-EXPERT_BACKENDS: dict = {"grouped_mm": torch_grouped_mm, "loop": loop_grouped_mm,
-                         "mxfp8": "composer2.kernels.mx_gemm:mxfp8_grouped_mm",
-                         "nvfp4": "composer2.kernels.nvfp4:nvfp4_expert_mm"}
+EXPERT_BACKENDS: dict = {
+    "grouped_mm": torch_grouped_mm,
+    "loop": loop_grouped_mm,
+    "mxfp8": "composer2.kernels.mx_gemm:mxfp8_grouped_mm",
+    "nvfp4": "composer2.kernels.nvfp4:nvfp4_expert_mm",
+}
+
 
 def register_expert_backend(name: str, fn):
     "Make `fn(a, b, offs)` the grouped GEMM of `model.expert_backend=name` (a researcher's own kernel); returns `fn`."
     EXPERT_BACKENDS[name] = fn
     return fn
 
+
 def expert_backend(name: str):
     """The grouped GEMM registered as `name`, importing its kernel module on first use; `C2Error` for an unknown
     name or an entry whose module lacks the function."""
     fn = EXPERT_BACKENDS.get(name)
-    if fn is None: raise C2Error(f"unknown expert backend {name!r} (registered: {', '.join(EXPERT_BACKENDS)})")
+    if fn is None:
+        raise C2Error(f"unknown expert backend {name!r} (registered: {', '.join(EXPERT_BACKENDS)})")
     if isinstance(fn, str):
         module, attr = fn.split(":")
         found = getattr(importlib.import_module(module), attr, None)
-        if found is None: raise C2Error(f"expert backend {name!r}: {module} has no {attr}")
+        if found is None:
+            raise C2Error(f"expert backend {name!r}: {module} has no {attr}")
         fn = EXPERT_BACKENDS[name] = found
     return fn

@@ -18,20 +18,27 @@ __all__ = ['pick_device', 'build_model', 'lr_at', 'codebase_nll', 'copy_nll', 's
 # %% ../../nbs/33_checkpoint.ipynb #04c004
 def pick_device(name: str = "auto") -> torch.device:
     "`auto` takes the GPU when there is one; asking for `cuda` without one is a one-line error."
-    if name == "auto": name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available(): raise C2Error("train.device=cuda but no CUDA device is available")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise C2Error("train.device=cuda but no CUDA device is available")
     return torch.device(name)
+
 
 def build_model(cfg: Config, vocab_size: int) -> MoETransformer:
     "The model of `cfg.model`, its vocabulary taken from the tokenizer when `model.vocab_size` is 0."
     mcfg = copy.deepcopy(cfg.model)
-    if mcfg.vocab_size == 0: mcfg.vocab_size = vocab_size
-    elif mcfg.vocab_size < vocab_size: raise C2Error(f"model.vocab_size={mcfg.vocab_size} is smaller than the tokenizer's {vocab_size}")
+    if mcfg.vocab_size == 0:
+        mcfg.vocab_size = vocab_size
+    elif mcfg.vocab_size < vocab_size:
+        raise C2Error(f"model.vocab_size={mcfg.vocab_size} is smaller than the tokenizer's {vocab_size}")
     return MoETransformer(mcfg)
+
 
 def lr_at(step: int, cfg) -> float:
     "Linear warmup, then cosine decay to `min_lr_ratio * lr`."
-    if step < cfg.warmup_steps: return cfg.lr * (step + 1) / cfg.warmup_steps
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
     t = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
 
@@ -39,19 +46,25 @@ def lr_at(step: int, cfg) -> float:
 @torch.no_grad()
 def codebase_nll(model: MoETransformer, tokens: np.ndarray, seq_len: int, batch_size: int = 8) -> dict:
     "Summed and per-token NLL (nats) of a token stream, scored once each with rolling windows of `seq_len`."
-    was = model.training; model.eval()
+    was = model.training
+    model.eval()
     dev = model.embed.weight.device
     total, count, batch = 0.0, 0, []
+
     def flush():
         nonlocal total, count
         x, y, m = (torch.stack(t).to(dev) for t in zip(*batch))
         nll = torch.nn.functional.cross_entropy(model(x).logits.float().flatten(0, 1), y.flatten(), reduction="none")
-        total += float((nll * m.flatten().float()).sum()); count += int(m.sum())
+        total += float((nll * m.flatten().float()).sum())
+        count += int(m.sum())
         batch.clear()
+
     for w in eval_windows(tokens, seq_len):
         batch.append(w)
-        if len(batch) == batch_size: flush()
-    if batch: flush()
+        if len(batch) == batch_size:
+            flush()
+    if batch:
+        flush()
     model.train(was)
     return dict(nll_sum=total, tokens=count, nll=total / max(count, 1))
 
@@ -61,22 +74,31 @@ def copy_nll(model: MoETransformer, vocab_size: int, n: int = 16, span: int = 40
     """In-context copying: NLL per token (nats) of a span of random ordinary tokens the first time and the second time it
     appears (`n` rows of span, gap of other random tokens, span again), each scored from its 11th token on, once the
     repeat is under way; `uniform` is ln V, what a model that ignores its context would score."""
-    was = model.training; model.eval()
+    was = model.training
+    model.eval()
     g = torch.Generator().manual_seed(seed)
     lo = len(SPECIAL_TOKENS)
     a, b = torch.randint(lo, vocab_size, (n, span), generator=g), torch.randint(lo, vocab_size, (n, gap), generator=g)
     x = torch.cat([a, b, a], 1).to(model.embed.weight.device)
     nll = torch.nn.functional.cross_entropy(model(x).logits[:, :-1].float().transpose(1, 2), x[:, 1:], reduction="none")
     model.train(was)
-    first, repeat = nll[:, 9:span - 1].mean().item(), nll[:, span + gap + 9:].mean().item()   # predicting tokens 10.. of a span
+    first, repeat = (
+        nll[:, 9 : span - 1].mean().item(),
+        nll[:, span + gap + 9 :].mean().item(),
+    )  # predicting tokens 10.. of a span
     return dict(first=first, repeat=repeat, uniform=math.log(vocab_size))
-
 
 # %% ../../nbs/33_checkpoint.ipynb #04c007
 def save_checkpoint(path: Path, model: MoETransformer, cfg: Config, **extra):
     "Model weights, the resolved config and anything else; written atomically."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda f: torch.save(dict(model=model.state_dict(), model_cfg=dataclasses.asdict(model.cfg), config=to_yaml(cfg), **extra), f))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(
+        path,
+        lambda f: torch.save(
+            dict(model=model.state_dict(), model_cfg=dataclasses.asdict(model.cfg), config=to_yaml(cfg), **extra), f
+        ),
+    )
 
 # %% ../../nbs/33_checkpoint.ipynb #04c007-1
 def read_torch(path, what: str = "checkpoint", hint: str = "", device="cpu"):
@@ -85,18 +107,23 @@ def read_torch(path, what: str = "checkpoint", hint: str = "", device="cpu"):
     path = Path(path)
     why = None if zipfile.is_zipfile(path) else "it is not a PyTorch checkpoint (a truncated or different file)"
     if why is None:
-        try: return torch.load(path, map_location=device, weights_only=False)
-        except Exception as e: why = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+        try:
+            return torch.load(path, map_location=device, weights_only=False)
+        except Exception as e:
+            why = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
     raise C2Error(f"{what} {path} is unreadable: {why}" + (f"; {hint}" if hint else ""))
 
 # %% ../../nbs/33_checkpoint.ipynb #04c007-2
 def load_checkpoint(path, device="cpu") -> tuple[MoETransformer, dict]:
     "Rebuild the model from a checkpoint; a missing or corrupt file is a one-line `C2Error`."
     from composer2.config import ModelConfig
+
     path = Path(path)
-    if not path.is_file(): raise C2Error(f"checkpoint not found: {path}")
+    if not path.is_file():
+        raise C2Error(f"checkpoint not found: {path}")
     ck = read_torch(path, device=device)
-    if not isinstance(ck, dict) or "model" not in ck: raise C2Error(f"checkpoint {path} holds no model weights")
+    if not isinstance(ck, dict) or "model" not in ck:
+        raise C2Error(f"checkpoint {path} holds no model weights")
     model = MoETransformer(ModelConfig(**ck["model_cfg"]))
     model.load_state_dict(ck["model"])
     return model.to(device), ck

@@ -18,25 +18,33 @@ __all__ = ['Generation', 'SpecStats', 'sampling_probs', 'stream_key', 'stream_un
 @dataclass
 class Generation:
     "One row's result."
+
     tokens: list[int]
     logprobs: list[float]
     versions: list[int]
-    experts: torch.Tensor    # [len(prompt) + len(tokens) - 1, n_moe_layers, k]: routing of every fed position
-    stop_reason: str         # "stop" (a stop token was produced) or "length"
-    fed_versions: list[int] | None = None   # `DecodeServer`: weight version that encoded each fed position
+    experts: torch.Tensor  # [len(prompt) + len(tokens) - 1, n_moe_layers, k]: routing of every fed position
+    stop_reason: str  # "stop" (a stop token was produced) or "length"
+    fed_versions: list[int] | None = None  # `DecodeServer`: weight version that encoded each fed position
+
 
 @dataclass
 class SpecStats:
     "Speculative-decoding counters."
-    rounds: int = 0          # main-model forwards during decoding (after the prefill)
-    row_rounds: int = 0      # rows taking part, summed over those forwards
+
+    rounds: int = 0  # main-model forwards during decoding (after the prefill)
+    row_rounds: int = 0  # rows taking part, summed over those forwards
     drafted: int = 0
     accepted: int = 0
     emitted: int = 0
+
     @property
-    def acceptance(self) -> float: return self.accepted / max(self.drafted, 1)
+    def acceptance(self) -> float:
+        return self.accepted / max(self.drafted, 1)
+
     @property
-    def tokens_per_forward(self) -> float: return self.emitted / max(self.row_rounds, 1)
+    def tokens_per_forward(self) -> float:
+        return self.emitted / max(self.row_rounds, 1)
+
 
 def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
     "The distribution tokens are drawn from: one-hot argmax at temperature 0, else softmax(logits/T) cut to top-p."
@@ -45,13 +53,14 @@ def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0)
     p = (logits.double() / temperature).softmax(-1)
     if top_p < 1.0:
         sp, si = p.sort(-1, descending=True)
-        keep = sp.cumsum(-1) - sp < top_p          # the smallest prefix whose mass reaches top_p
+        keep = sp.cumsum(-1) - sp < top_p  # the smallest prefix whose mass reaches top_p
         p = torch.zeros_like(p).scatter(-1, si, sp * keep)
         p = p / p.sum(-1, keepdim=True)
     return p
 
 # %% ../../nbs/32_engine.ipynb #03c006a
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
     "splitmix64's finaliser on a uint64 array (wrapping arithmetic): a fixed bijection that scrambles every bit."
@@ -61,34 +70,42 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
         x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK64
         return x ^ (x >> np.uint64(31))
 
+
 def stream_key(*parts) -> int:
     "A 63-bit sampling-stream key from any printable parts (e.g. a seed, a task id and a sample index): stable across runs and machines."
     return int.from_bytes(hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest(), "little") >> 1
+
 
 def stream_uniforms(keys, counters) -> torch.Tensor:
     """Uniforms in [0, 1) (float64 [B]): the `counters[i]`-th draw of stream `keys[i]`. A pure function of (key, counter),
     so what a sequence samples does not depend on which other rows share its decode step, or when."""
     k, c = np.asarray(keys, dtype=np.uint64), np.asarray(counters, dtype=np.uint64)
     x = _splitmix64(k ^ _splitmix64(c))
-    return torch.from_numpy((x >> np.uint64(11)).astype(np.float64) * 2.0 ** -53)
+    return torch.from_numpy((x >> np.uint64(11)).astype(np.float64) * 2.0**-53)
 
 # %% ../../nbs/32_engine.ipynb #e2c91135
-def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float = 1.0, generator=None, u: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_tokens(
+    logits: torch.Tensor, temperature: float, top_p: float = 1.0, generator=None, u: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row of `logits` [B, V], vectorised: (tokens [B], their log-probs under softmax(logits / T),
     before top-p truncation, as `Engine` reports them). T = 0 is greedy. A row's token is the inverse CDF (in vocabulary
     order, float64) at its uniform `u[i]` (drawn from `generator` when `u` is None): the same uniforms under two nearby
     policies mostly give the same tokens, which is what makes paired evaluations with common random numbers work."""
     logp = (logits.float() / (temperature or 1.0)).log_softmax(-1)
-    if temperature == 0: tok = logits.argmax(-1)
+    if temperature == 0:
+        tok = logits.argmax(-1)
     else:
         p = logp.exp()
         if top_p < 1.0:
             sp, si = p.sort(-1, descending=True)
-            p = torch.zeros_like(p).scatter(-1, si, sp * (sp.cumsum(-1) - sp < top_p))   # the smallest prefix reaching top_p
-        if u is None: u = torch.rand(len(p), generator=generator, dtype=torch.float64, device=p.device)
+            p = torch.zeros_like(p).scatter(
+                -1, si, sp * (sp.cumsum(-1) - sp < top_p)
+            )  # the smallest prefix reaching top_p
+        if u is None:
+            u = torch.rand(len(p), generator=generator, dtype=torch.float64, device=p.device)
         cdf = p.double().cumsum(-1)
         t = (u.to(cdf.device) * cdf[:, -1])[:, None]
-        tok = torch.searchsorted(cdf[:, :-1].contiguous(), t, right=True).squeeze(-1)   # first index whose cdf exceeds t
+        tok = torch.searchsorted(cdf[:, :-1].contiguous(), t, right=True).squeeze(-1)  # first index whose cdf exceeds t
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
 # %% ../../nbs/32_engine.ipynb #03c007
@@ -98,41 +115,59 @@ def _last_valid(valid: torch.Tensor, n: int):
     idx = torch.where(valid, ar, -1).sort(1).values[:, -n:]
     return idx.clamp(min=0), idx >= 0
 
+
 class Engine:
     "Batched sampler over a `MoETransformer` with a KV cache, speculative decoding and in-flight weight updates."
+
     def __init__(self, model: MoETransformer, version: int = 0, draft_window: int = 8):
         self.model, self.version, self.draft_window = model.eval(), version, draft_window
         self._lock, self._pending = threading.Lock(), None
 
     def update_weights(self, state_dict: dict, version: int):
         "Queue new weights; they are loaded before the next decode step (safe to call from another thread)."
-        with self._lock: self._pending = (state_dict, version)
+        with self._lock:
+            self._pending = (state_dict, version)
 
     def _apply_pending(self):
         with self._lock:
-            if self._pending is None: return
+            if self._pending is None:
+                return
             sd, self.version = self._pending
             self._pending = None
         self.model.load_state_dict(sd)
 
-    def _draw(self, probs, gen): return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    def _draw(self, probs, gen):
+        return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 1.0,
-                 top_p: float = 1.0, stop_ids=(1,), speculative: bool = False, seed: int = 0, on_step=None):
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int = 64,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        stop_ids=(1,),
+        speculative: bool = False,
+        seed: int = 0,
+        on_step=None,
+    ):
         "Sample continuations of `prompts`; returns ([Generation per prompt], SpecStats)."
         m, dev = self.model, self.model.embed.weight.device
-        if not prompts or any(len(p) == 0 for p in prompts): raise ValueError("every prompt needs at least one token")
-        if speculative and not m.mtp: raise ValueError("speculative decoding needs a model with MTP modules (model.mtp_depth > 0)")
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        if speculative and not m.mtp:
+            raise ValueError("speculative decoding needs a model with MTP modules (model.mtp_depth > 0)")
         gen = torch.Generator(device=dev).manual_seed(seed)
         self._apply_pending()
         B, P = len(prompts), max(map(len, prompts))
         idx = torch.zeros(B, P, dtype=torch.long, device=dev)
         valid = torch.zeros(B, P, dtype=torch.bool, device=dev)
         for b, p in enumerate(prompts):
-            idx[b, P - len(p):] = torch.tensor(p, device=dev); valid[b, P - len(p):] = True
+            idx[b, P - len(p) :] = torch.tensor(p, device=dev)
+            valid[b, P - len(p) :] = True
         cache = m.new_cache(B, capacity=P + max_new_tokens * (len(m.mtp) + 1) + 1)
-        last = torch.zeros_like(valid); last[:, -1] = True       # the head only where the first token is sampled
+        last = torch.zeros_like(valid)
+        last[:, -1] = True  # the head only where the first token is sampled
         out = m(idx, valid=valid, cache=cache, capture=True, logits_at=last)
         experts = [out.experts]
         res = [dict(tokens=[], logprobs=[], versions=[], stop_reason="length") for _ in range(B)]
@@ -142,26 +177,33 @@ class Engine:
         def emit(b, tok, lp):
             "Record one token for row b; return False once the row is finished."
             r = res[b]
-            r["tokens"].append(int(tok)); r["logprobs"].append(float(lp)); r["versions"].append(self.version)
-            if int(tok) in stop_ids: r["stop_reason"] = "stop"
-            if r["stop_reason"] == "stop" or len(r["tokens"]) >= max_new_tokens: done[b] = True
+            r["tokens"].append(int(tok))
+            r["logprobs"].append(float(lp))
+            r["versions"].append(self.version)
+            if int(tok) in stop_ids:
+                r["stop_reason"] = "stop"
+            if r["stop_reason"] == "stop" or len(r["tokens"]) >= max_new_tokens:
+                done[b] = True
             return not done[b]
 
         cur, lp = sample_tokens(out.logits, temperature, top_p, gen)
-        for b in range(B): emit(b, cur[b], lp[b])
-        if speculative:   # the MTP window: trunk hidden h_i and the token after it, right-aligned
+        for b in range(B):
+            emit(b, cur[b], lp[b])
+        if speculative:  # the MTP window: trunk hidden h_i and the token after it, right-aligned
             hist_h, hist_tok, hist_ok = out.hidden, torch.cat([idx[:, 1:], cur[:, None]], 1), valid
         step = 0
         while not done.all():
             step += 1
-            if on_step is not None: on_step(self, step)
+            if on_step is not None:
+                on_step(self, step)
             self._apply_pending()
             if not speculative:
                 out = m(cur[:, None], valid=~done[:, None], cache=cache, capture=True)
                 experts.append(out.experts)
                 nxt, lp = sample_tokens(out.logits[:, -1], temperature, top_p, gen)
                 for b in range(B):
-                    if not done[b]: emit(b, nxt[b], lp[b])
+                    if not done[b]:
+                        emit(b, nxt[b], lp[b])
                 cur = nxt
                 continue
             # -- speculative round: draft with the MTP modules over the window
@@ -173,7 +215,8 @@ class Engine:
                 h, hn = mod(h, m.embed(toks), valid=ok)
                 q = sampling_probs(m.head(hn[:, -1]), temperature, top_p)
                 d = self._draw(q, gen)
-                drafts.append(d); qs.append(q)
+                drafts.append(d)
+                qs.append(q)
                 toks = torch.cat([toks[:, 1:], d[:, None]], 1)
             D, active = len(drafts), ~done
             chunk = torch.stack([cur] + drafts, 1)
@@ -183,10 +226,10 @@ class Engine:
             ps = [sampling_probs(out.logits[:, j], temperature, top_p) for j in range(D + 1)]
             lps = (out.logits.double() / (temperature or 1.0)).log_softmax(-1)
             d = torch.stack(drafts, 1)
-            pd = torch.stack([ps[j].gather(-1, d[:, j:j + 1]).squeeze(-1) for j in range(D)], 1)
-            qd = torch.stack([qs[j].gather(-1, d[:, j:j + 1]).squeeze(-1) for j in range(D)], 1)
+            pd = torch.stack([ps[j].gather(-1, d[:, j : j + 1]).squeeze(-1) for j in range(D)], 1)
+            qd = torch.stack([qs[j].gather(-1, d[:, j : j + 1]).squeeze(-1) for j in range(D)], 1)
             u = torch.rand(B, D, generator=gen, device=dev, dtype=torch.float64)
-            acc = (u * qd < pd).long().cumprod(1)          # accept while u < p/q
+            acc = (u * qd < pd).long().cumprod(1)  # accept while u < p/q
             a = acc.sum(1)
             last_p = torch.stack(ps, 1)[torch.arange(B, device=dev), a]
             last_q = torch.stack(qs + [torch.zeros_like(qs[0])], 1)[torch.arange(B, device=dev), a]
@@ -194,18 +237,22 @@ class Engine:
             resid = torch.where(resid.sum(-1, keepdim=True) > 0, resid, last_p)
             new = self._draw(resid / resid.sum(-1, keepdim=True), gen)
             emitted = torch.cat([d, new[:, None]], 1)
-            emitted = emitted.scatter(1, a[:, None], new[:, None])   # d_1..d_a, then the new token
+            emitted = emitted.scatter(1, a[:, None], new[:, None])  # d_1..d_a, then the new token
             keep = torch.zeros(B, D + 1, dtype=torch.bool, device=dev)
             stats.rounds += 1
             for b in range(B):
-                if not active[b]: continue
-                stats.row_rounds += 1; stats.drafted += D; stats.accepted += int(a[b])
+                if not active[b]:
+                    continue
+                stats.row_rounds += 1
+                stats.drafted += D
+                stats.accepted += int(a[b])
                 n = 0
                 for j in range(int(a[b]) + 1):
                     n += 1
-                    if not emit(b, emitted[b, j], lps[b, j, emitted[b, j]]): break
+                    if not emit(b, emitted[b, j], lps[b, j, emitted[b, j]]):
+                        break
                 stats.emitted += n
-                keep[b, :n] = True   # cur and the first n-1 emitted tokens; a row's last token is never fed
+                keep[b, :n] = True  # cur and the first n-1 emitted tokens; a row's last token is never fed
             cache.discard(start, ~keep & active[:, None])
             # the window gains (hidden, next token) for every kept slot
             hist_h = torch.cat([hist_h, out.hidden], 1)
@@ -216,7 +263,7 @@ class Engine:
             hist_tok, hist_ok = hist_tok.gather(1, sel), okw
             cur = new
         ex = torch.cat(experts, 1)
-        fed = cache.valid[:, :cache.used]
+        fed = cache.valid[:, : cache.used]
         gens = [Generation(**res[b], experts=ex[b][fed[b]]) for b in range(B)]
         return gens, stats
 
@@ -224,26 +271,29 @@ class Engine:
 @dataclass
 class _Request:
     "One `DecodeServer.generate` call in flight."
+
     seq: int
     new: list[int]
     max_new: int
     stop: frozenset
-    key: int = 0                                   # the sequence's sampling stream ...
-    drawn: int = 0                                 # ... and its draws before this call
+    key: int = 0  # the sequence's sampling stream ...
+    drawn: int = 0  # ... and its draws before this call
     tokens: list = field(default_factory=list)
     logprobs: list = field(default_factory=list)
     versions: list = field(default_factory=list)
-    reset: bool = False                            # empty the sequence's cache first
-    experts: list = field(default_factory=list)    # routing tensors of the positions fed during the call, in order
+    reset: bool = False  # empty the sequence's cache first
+    experts: list = field(default_factory=list)  # routing tensors of the positions fed during the call, in order
     fed_versions: list = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
     out: object = None
+
 
 def length_buckets(lengths: list[int], floor: int = 32) -> list[list[int]]:
     """Indices of `lengths` grouped so that each group's longest is under twice its shortest (all up to `floor` in one):
     a prefill forward pads every chunk to its longest, so one 700-token context would make fifty 20-token ones ~20x."""
     groups, shift = {}, (floor - 1).bit_length()
-    for i, n in enumerate(lengths): groups.setdefault(max(0, (max(n, 1) - 1).bit_length() - shift), []).append(i)
+    for i, n in enumerate(lengths):
+        groups.setdefault(max(0, (max(n, 1) - 1).bit_length() - shift), []).append(i)
     return [groups[k] for k in sorted(groups)]
 
 # %% ../../nbs/32_engine.ipynb #21066cb8-1
@@ -263,16 +313,36 @@ class DecodeServer:
     The loop thread computes with `threads` intra-op CPU threads (default 1): on a 2-core CPU a two-thread OpenMP team
     driven from a thread other than the main one made a batch-32 decode step of the cpu-scale model ~3x slower (12 ms
     against 4 ms), while one thread there is as fast as two on the main thread (`kernels/bench_hf_decode.py`)."""
-    def __init__(self, engine: Engine, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, rows: int = 16,
-                 prefill_tokens: int = 8192, threads: int | None = 1, prefixes: int = 64, prefill_floor: int = 32):
-        self.engine, self.T, self.top_p, self.prefill_tokens, self.threads = engine, temperature, top_p, prefill_tokens, threads
-        self.prefixes, self.max_prefixes = {}, prefixes   # new contexts: bytes -> (version, tokens, keys, values, experts)
-        self.seed, self.prefill_floor = seed, prefill_floor   # prefill_floor huge: one padded forward per admission
-        self.stream: dict[int, list[int]] = {}            # sequence id -> [stream key, draws so far]
+
+    def __init__(
+        self,
+        engine: Engine,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        rows: int = 16,
+        prefill_tokens: int = 8192,
+        threads: int | None = 1,
+        prefixes: int = 64,
+        prefill_floor: int = 32,
+    ):
+        self.engine, self.T, self.top_p, self.prefill_tokens, self.threads = (
+            engine,
+            temperature,
+            top_p,
+            prefill_tokens,
+            threads,
+        )
+        self.prefixes, self.max_prefixes = (
+            {},
+            prefixes,
+        )  # new contexts: bytes -> (version, tokens, keys, values, experts)
+        self.seed, self.prefill_floor = seed, prefill_floor  # prefill_floor huge: one padded forward per admission
+        self.stream: dict[int, list[int]] = {}  # sequence id -> [stream key, draws so far]
         self.pool = engine.model.new_cache(rows, capacity=128, slots=True)
-        self.seq_at: list[int | None] = [None] * rows     # row -> sequence id
-        self.row_of: dict[int, int] = {}                  # sequence id -> row
-        self.active: list[_Request] = []                  # the requests being decoded (their rows: `_rows`)
+        self.seq_at: list[int | None] = [None] * rows  # row -> sequence id
+        self.row_of: dict[int, int] = {}  # sequence id -> row
+        self.active: list[_Request] = []  # the requests being decoded (their rows: `_rows`)
         self.pending: list[_Request] = []
         self._cv, self._next, self._stop, self._closing = threading.Condition(), 0, False, []
         self.stats = dict(sampled=0, fed=0, reused=0, decode_steps=0, decode_rows=0, prefills=0, busy_s=0.0)
@@ -291,26 +361,35 @@ class DecodeServer:
 
     def close(self, sid: int):
         "Free a sequence's row (the sequence must not be generating)."
-        with self._cv: self._closing.append(sid); self._cv.notify_all()
+        with self._cv:
+            self._closing.append(sid)
+            self._cv.notify_all()
 
     def generate(self, sid: int, new: list[int], max_new_tokens: int, stop_ids=(1,), reset: bool = False) -> Generation:
         """Feed `new` after sequence `sid`'s cached tokens (with `reset`, into an emptied cache: a new context) and sample up to `max_new_tokens` (or a stop token); blocks.
         The returned `experts` cover every position fed by this call (`new` and all sampled tokens but the last, which
         the next call feeds first); `versions` tag the sampled tokens; `fed_versions` the fed positions."""
-        if not new: raise ValueError("DecodeServer.generate: nothing to feed (a turn starts from at least one new token)")
+        if not new:
+            raise ValueError("DecodeServer.generate: nothing to feed (a turn starts from at least one new token)")
         with self._cv:
-            if self._stop: raise RuntimeError("DecodeServer is stopped")
+            if self._stop:
+                raise RuntimeError("DecodeServer is stopped")
             key, drawn = self.stream[sid]
             req = _Request(sid, list(new), max_new_tokens, frozenset(stop_ids), key, drawn, reset=reset)
-            self.pending.append(req); self._cv.notify_all()
+            self.pending.append(req)
+            self._cv.notify_all()
         req.done.wait()
-        if isinstance(req.out, BaseException): raise req.out
-        with self._cv: self.stream[sid][1] += len(req.out.tokens)
+        if isinstance(req.out, BaseException):
+            raise req.out
+        with self._cv:
+            self.stream[sid][1] += len(req.out.tokens)
         return req.out
 
     def shutdown(self):
         "Stop the loop thread (requests in flight fail)."
-        with self._cv: self._stop = True; self._cv.notify_all()
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
         self._thread.join()
 
     # -- the loop
@@ -326,8 +405,11 @@ class DecodeServer:
         "Append each row's sampled token; indices of the rows that are finished."
         v, fin = self.engine.version, []
         for i, (r, t, l) in enumerate(zip(reqs, tok.tolist(), lp.tolist())):
-            r.tokens.append(t); r.logprobs.append(l); r.versions.append(v)
-            if t in r.stop or len(r.tokens) >= r.max_new: fin.append(i)
+            r.tokens.append(t)
+            r.logprobs.append(l)
+            r.versions.append(v)
+            if t in r.stop or len(r.tokens) >= r.max_new:
+                fin.append(i)
         self.stats["sampled"] += len(reqs)
         return fin
 
@@ -339,7 +421,8 @@ class DecodeServer:
     def _retire(self, idx: list[int]):
         "Answer the finished active requests at indices `idx` and take them out of the batch (their rows stay theirs)."
         done = set(idx)
-        for i in sorted(done): self._finish(self.active[i])
+        for i in sorted(done):
+            self._finish(self.active[i])
         self.active = [r for i, r in enumerate(self.active) if i not in done]
 
     def _place(self, r: _Request) -> bool:
@@ -349,9 +432,12 @@ class DecodeServer:
             row = next((x for x, s in enumerate(self.seq_at) if s is None), None)
             if row is None:
                 row = len(self.seq_at)
-                self.pool.add_rows(row); self.seq_at += [None] * row
-            self.seq_at[row], self.row_of[r.seq] = r.seq, row; self.pool.len[row] = 0
-        if r.reset: self.pool.len[row] = 0
+                self.pool.add_rows(row)
+                self.seq_at += [None] * row
+            self.seq_at[row], self.row_of[r.seq] = r.seq, row
+            self.pool.len[row] = 0
+        if r.reset:
+            self.pool.len[row] = 0
         return int(self.pool.len[row]) == 0
 
     def _reuse(self, r: _Request, row: int) -> int:
@@ -360,41 +446,59 @@ class DecodeServer:
         new, best, hit = np.asarray(r.new), 0, None
         for entry in self.prefixes.values():
             toks, m = entry[1], min(len(entry[1]), len(new))
-            if entry[0] != self.engine.version or m <= best: continue
+            if entry[0] != self.engine.version or m <= best:
+                continue
             k = m if (eq := toks[:m] == new[:m]).all() else int(eq.argmin())
-            if k > best: best, hit = k, entry
+            if k > best:
+                best, hit = k, entry
         n = min(best, len(new) - 1)
-        if n < 1: return 0
+        if n < 1:
+            return 0
         version, _, saved, ex = hit
         self.pool.load_row(row, saved, n)
-        r.experts.append(ex[:n]); r.fed_versions = [version] * n
+        r.experts.append(ex[:n])
+        r.fed_versions = [version] * n
         return n
 
     def _store(self, r: _Request, row: int):
         "Keep a new context's tokens, keys, values and routing: the newest `prefixes` of them, of the current weights."
         v, toks, n = self.engine.version, np.asarray(r.new), len(r.new)
-        self.prefixes = {key: e for key, e in self.prefixes.items() if e[0] == v}   # older weights': never reused again
-        self.prefixes[toks.tobytes()] = self.prefixes.pop(toks.tobytes(), None) or (   # already kept: made newest, not copied
-            v, toks, self.pool.save_row(row, n), torch.cat(r.experts)[:n])
-        while len(self.prefixes) > self.max_prefixes: self.prefixes.pop(next(iter(self.prefixes)))
+        self.prefixes = {key: e for key, e in self.prefixes.items() if e[0] == v}  # older weights': never reused again
+        self.prefixes[toks.tobytes()] = (
+            self.prefixes.pop(toks.tobytes(), None)
+            or (  # already kept: made newest, not copied
+                v,
+                toks,
+                self.pool.save_row(row, n),
+                torch.cat(r.experts)[:n],
+            )
+        )
+        while len(self.prefixes) > self.max_prefixes:
+            self.prefixes.pop(next(iter(self.prefixes)))
 
     def _admit(self):
         "Prefill the pending requests that fit the token budget: they join the active rows."
         with self._cv:
             take, budget = [], self.prefill_tokens
             while self.pending and (not take or budget >= len(self.pending[0].new)):
-                budget -= len(self.pending[0].new); take.append(self.pending.pop(0))
-        if not take: return
+                budget -= len(self.pending[0].new)
+                take.append(self.pending.pop(0))
+        if not take:
+            return
         lo = len(self.active)
-        self.active += take                               # (a failure below fails them with the rest)
+        self.active += take  # (a failure below fails them with the rest)
         fresh = [self._place(r) for r in take]
         rows = self._rows(take)
         skip = [self._reuse(r, row) if f else 0 for r, row, f in zip(take, rows, fresh)]
         feed, logits = [r.new[s:] for r, s in zip(take, skip)], [None] * len(take)
-        for part in length_buckets([len(f) for f in feed], self.prefill_floor):   # a chunk padded to its bucket's longest
+        for part in length_buckets(
+            [len(f) for f in feed], self.prefill_floor
+        ):  # a chunk padded to its bucket's longest
             out = self._prefill(*([x[i] for i in part] for x in (take, rows, feed, fresh)))
-            for j, i in enumerate(part): logits[i] = out[j]
-        self.stats["fed"] += sum(map(len, feed)); self.stats["reused"] += sum(skip)
+            for j, i in enumerate(part):
+                logits[i] = out[j]
+        self.stats["fed"] += sum(map(len, feed))
+        self.stats["reused"] += sum(skip)
         tok, lp = sample_tokens(torch.stack(logits), self.T, self.top_p, u=self._uniforms(take))
         fin = self._record(take, tok, lp)
         self._retire([lo + i for i in fin])
@@ -405,13 +509,16 @@ class DecodeServer:
         idx = torch.zeros(len(reqs), C, dtype=torch.long, device=dev)
         n = torch.tensor([len(f) for f in feed], device=dev)
         valid = torch.arange(C, device=dev)[None] < n[:, None]
-        for i, f in enumerate(feed): idx[i, :len(f)] = torch.tensor(f)
+        for i, f in enumerate(feed):
+            idx[i, : len(f)] = torch.tensor(f)
         last = valid & (torch.arange(C, device=dev)[None] == (n - 1)[:, None])
         out = self.engine.model(idx, valid=valid, cache=self.pool.view(rows), capture=True, logits_at=last)
         v = self.engine.version
         for i, (r, f) in enumerate(zip(reqs, feed)):
-            r.experts.append(out.experts[i, :len(f)]); r.fed_versions += [v] * len(f)
-            if fresh[i]: self._store(r, rows[i])
+            r.experts.append(out.experts[i, : len(f)])
+            r.fed_versions += [v] * len(f)
+            if fresh[i]:
+                self._store(r, rows[i])
         self.stats["prefills"] += 1
         return out.logits
 
@@ -421,30 +528,43 @@ class DecodeServer:
         cur = torch.tensor([[r.tokens[-1]] for r in self.active], device=self.pool.len.device)
         out = self.engine.model(cur, cache=self.pool.view(self._rows(self.active)), capture=True)
         v = self.engine.version
-        for i, r in enumerate(self.active): r.experts.append(out.experts[i]); r.fed_versions.append(v)
+        for i, r in enumerate(self.active):
+            r.experts.append(out.experts[i])
+            r.fed_versions.append(v)
         tok, lp = sample_tokens(out.logits[:, -1], self.T, self.top_p, u=self._uniforms(self.active))
-        self.stats["fed"] += B; self.stats["decode_steps"] += 1; self.stats["decode_rows"] += B
+        self.stats["fed"] += B
+        self.stats["decode_steps"] += 1
+        self.stats["decode_rows"] += B
         self._retire(self._record(self.active, tok, lp))
 
     def _loop(self):
-        if self.threads: torch.set_num_threads(self.threads)   # this thread's own setting: the caller's is left alone
+        if self.threads:
+            torch.set_num_threads(self.threads)  # this thread's own setting: the caller's is left alone
         while True:
             with self._cv:
-                while not self._stop and not self.pending and not self.active and not self._closing: self._cv.wait()
-                if self._stop: break
+                while not self._stop and not self.pending and not self.active and not self._closing:
+                    self._cv.wait()
+                if self._stop:
+                    break
                 for sid in self._closing:
                     self.stream.pop(sid, None)
                     row = self.row_of.pop(sid, None)
-                    if row is not None: self.seq_at[row] = None
+                    if row is not None:
+                        self.seq_at[row] = None
                 self._closing = []
             t0 = time.perf_counter()
             try:
                 with torch.no_grad():
                     self.engine._apply_pending()
                     self._admit()
-                    if self.active: self._decode()
-            except BaseException as e:                    # fail what is in flight; the loop lives on
-                for r in self.active: r.out = e; r.done.set()
+                    if self.active:
+                        self._decode()
+            except BaseException as e:  # fail what is in flight; the loop lives on
+                for r in self.active:
+                    r.out = e
+                    r.done.set()
                 self.active = []
             self.stats["busy_s"] += time.perf_counter() - t0
-        for r in self.active + self.pending: r.out = RuntimeError("DecodeServer stopped"); r.done.set()
+        for r in self.active + self.pending:
+            r.out = RuntimeError("DecodeServer stopped")
+            r.done.set()

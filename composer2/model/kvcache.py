@@ -17,6 +17,7 @@ def attn_mask(key_valid: torch.Tensor, q_slots: torch.Tensor) -> torch.Tensor:
     causal = s[None, :] <= q_slots[:, None]
     return ((key_valid[:, None, :] & causal[None]) | (s[None, :] == q_slots[:, None])[None])[:, None]
 
+
 def positions(valid: torch.Tensor) -> torch.Tensor:
     "RoPE positions [B, T]: the number of valid slots before each slot."
     return (valid.long().cumsum(1) - 1).clamp(min=0)
@@ -29,18 +30,23 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     whose kernel takes the heads one by one (decode steps of the rollout loop spend half their time here)."""
     B, H, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
-    s = torch.bmm((q * D ** -0.5).reshape(B * Hkv, H // Hkv * T, D), k.reshape(B * Hkv, S, D).transpose(1, 2))
+    s = torch.bmm((q * D**-0.5).reshape(B * Hkv, H // Hkv * T, D), k.reshape(B * Hkv, S, D).transpose(1, 2))
     s = s.view(B, Hkv, H // Hkv * T, S).masked_fill_(~mask, float("-inf")).softmax(-1)
     return torch.bmm(s.view(B * Hkv, -1, S), v.reshape(B * Hkv, S, D)).view(B, H, T, D)
 
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     "q [B, H, T, D] over k, v [B, Hkv, S, D]: `decode_attention` for one query per row under a mask, else SDPA (causal without a mask)."
-    if q.shape[2] == 1 and mask is not None: return decode_attention(q, k, v, mask)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=q.shape[1] != k.shape[1])
+    if q.shape[2] == 1 and mask is not None:
+        return decode_attention(q, k, v, mask)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=q.shape[1] != k.shape[1]
+    )
 
 # %% ../../nbs/30_kvcache.ipynb #02c008
 class KVCache:
     "Keys and values per layer in slots, a validity mask per slot, and each row's count of valid tokens."
+
     def __init__(self, batch, n_layers, n_kv_heads, head_dim, capacity=64, dtype=torch.float32, device="cpu"):
         shape = (batch, n_kv_heads, capacity, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
@@ -51,10 +57,12 @@ class KVCache:
 
     def _grow(self, need):
         cap = self.valid.shape[1]
-        if need <= cap: return
+        if need <= cap:
+            return
         new = max(need, 2 * cap)
-        pad = lambda t, dim: torch.cat([t, t.new_zeros(*t.shape[:dim], new - cap, *t.shape[dim + 1:])], dim)
-        self.k = [pad(t, 2) for t in self.k]; self.v = [pad(t, 2) for t in self.v]
+        pad = lambda t, dim: torch.cat([t, t.new_zeros(*t.shape[:dim], new - cap, *t.shape[dim + 1 :])], dim)
+        self.k = [pad(t, 2) for t in self.k]
+        self.v = [pad(t, 2) for t in self.v]
         self.valid = pad(self.valid, 1)
 
     def reserve(self, valid: torch.Tensor):
@@ -62,19 +70,19 @@ class KVCache:
         B, C = valid.shape
         self._grow(self.used + C)
         start = self.used
-        self.valid[:, start:start + C] = valid
+        self.valid[:, start : start + C] = valid
         pos = self.npos[:, None] + positions(valid)
         self.npos += valid.long().sum(1)
         self.used += C
         q = torch.arange(start, start + C, device=valid.device)
-        return start, pos, attn_mask(self.valid[:, :self.used], q)
+        return start, pos, attn_mask(self.valid[:, : self.used], q)
 
     def write(self, layer, k, v, start):
         "Store a chunk's keys/values at `start`; return the keys/values of all slots used so far."
         C = k.shape[2]
-        self.k[layer][:, :, start:start + C] = k
-        self.v[layer][:, :, start:start + C] = v
-        return self.k[layer][:, :, :self.used], self.v[layer][:, :, :self.used]
+        self.k[layer][:, :, start : start + C] = k
+        self.v[layer][:, :, start : start + C] = v
+        return self.k[layer][:, :, : self.used], self.v[layer][:, :, : self.used]
 
     def attend(self, layer, q, k, v, mask, start):
         "Store a chunk's keys/values at `start` (`write`), then its queries' `attention` over every slot used so far."
@@ -83,9 +91,9 @@ class KVCache:
     def discard(self, start, drop: torch.Tensor):
         "Invalidate slots of the chunk at `start` where `drop` [B, C] is true (rejected speculative tokens)."
         C = drop.shape[1]
-        seg = self.valid[:, start:start + C]
+        seg = self.valid[:, start : start + C]
         self.npos -= (seg & drop).long().sum(1)
-        self.valid[:, start:start + C] = seg & ~drop
+        self.valid[:, start : start + C] = seg & ~drop
 
 # %% ../../nbs/30_kvcache.ipynb #b60a0db2
 class SlotCache:
@@ -94,42 +102,54 @@ class SlotCache:
     (`view(rows)`), each row appending a right-padded chunk after its own length; a sequence never moves, so a batch
     whose members come and go copies no cache. Keys are kept in tiles of `TILE` slots, `kt` [rows, Hkv, tiles, D, TILE],
     which `tiled_decode_attention` reads; values as `v` [rows, Hkv, slots, D]."""
+
     def __init__(self, rows, n_layers, n_kv_heads, head_dim, capacity=256, dtype=torch.float32, device="cpu"):
         n = -(-capacity // TILE)
-        self.kt = [torch.zeros(rows, n_kv_heads, n, head_dim, TILE, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.v = [torch.zeros(rows, n_kv_heads, n * TILE, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.kt = [
+            torch.zeros(rows, n_kv_heads, n, head_dim, TILE, dtype=dtype, device=device) for _ in range(n_layers)
+        ]
+        self.v = [
+            torch.zeros(rows, n_kv_heads, n * TILE, head_dim, dtype=dtype, device=device) for _ in range(n_layers)
+        ]
         self.len = torch.zeros(rows, dtype=torch.long, device=device)
 
     @property
-    def capacity(self) -> int: return self.v[0].shape[2]
+    def capacity(self) -> int:
+        return self.v[0].shape[2]
 
     def reserve_slots(self, need: int):
         "Make room for `need` slots per row (capacity doubles, in whole tiles)."
         cap = self.capacity
-        if need <= cap: return
+        if need <= cap:
+            return
         new = -(-max(need, 2 * cap) // TILE) * TILE
         grow = lambda t, n: torch.cat([t, t.new_zeros(*t.shape[:2], n, *t.shape[3:])], 2)
-        self.kt = [grow(t, (new - cap) // TILE) for t in self.kt]; self.v = [grow(t, new - cap) for t in self.v]
+        self.kt = [grow(t, (new - cap) // TILE) for t in self.kt]
+        self.v = [grow(t, new - cap) for t in self.v]
 
     def add_rows(self, n: int):
         "Grow the pool by n empty rows."
         pad = lambda t: torch.cat([t, t.new_zeros(n, *t.shape[1:])], 0)
-        self.kt = [pad(t) for t in self.kt]; self.v = [pad(t) for t in self.v]; self.len = pad(self.len)
+        self.kt = [pad(t) for t in self.kt]
+        self.v = [pad(t) for t in self.v]
+        self.len = pad(self.len)
 
     def keys(self, layer: int, rows, S: int) -> torch.Tensor:
         "The keys of `rows` (a list of rows) in slots 0..S-1 as [B, Hkv, S, D], the layout PyTorch's attention reads (a copy)."
-        t = self.kt[layer][torch.as_tensor(rows, device=self.len.device), :, :-(-S // TILE)]
+        t = self.kt[layer][torch.as_tensor(rows, device=self.len.device), :, : -(-S // TILE)]
         return t.transpose(3, 4).reshape(*t.shape[:2], -1, t.shape[3])[:, :, :S]
 
     def save_row(self, row: int, n: int) -> tuple:
         "Copies of `row`'s first n slots (keys in whole tiles, values), for `load_row`."
-        return [t[row, :, :-(-n // TILE)].clone() for t in self.kt], [t[row, :, :n].clone() for t in self.v]
+        return [t[row, :, : -(-n // TILE)].clone() for t in self.kt], [t[row, :, :n].clone() for t in self.v]
 
     def load_row(self, row: int, saved: tuple, n: int):
         "Put the first n slots of a `save_row` copy into `row`, whose length becomes n."
         self.reserve_slots(n)
-        for t, s in zip(self.kt, saved[0]): t[row, :, :-(-n // TILE)] = s[:, :-(-n // TILE)]
-        for t, s in zip(self.v, saved[1]): t[row, :, :n] = s[:, :n]
+        for t, s in zip(self.kt, saved[0]):
+            t[row, :, : -(-n // TILE)] = s[:, : -(-n // TILE)]
+        for t, s in zip(self.v, saved[1]):
+            t[row, :, :n] = s[:, :n]
         self.len[row] = n
 
     def view(self, rows) -> "_SlotView":
@@ -139,6 +159,7 @@ class SlotCache:
 # %% ../../nbs/30_kvcache.ipynb #b60a0db2-1
 class _SlotView:
     "Rows of a `SlotCache`, as `MoETransformer.forward` uses a cache: `reserve`, then `attend` per layer."
+
     def __init__(self, pool: SlotCache, rows):
         self.pool, self.rows = pool, torch.as_tensor(rows, dtype=torch.long, device=pool.len.device)
 
@@ -151,12 +172,14 @@ class _SlotView:
         ln = p.len[self.rows]
         p.reserve_slots(int((ln + C).max()))
         self.start, self.n = ln, n
-        self.slots = ln[:, None] + torch.arange(C, device=valid.device)[None]   # each chunk token's slot (padding is not stored)
+        self.slots = (
+            ln[:, None] + torch.arange(C, device=valid.device)[None]
+        )  # each chunk token's slot (padding is not stored)
         new_len = ln + n
         self.S = int(new_len.max())
         s = torch.arange(self.S, device=valid.device)
         mask = (s[None, None] <= self.slots[:, :, None]) & (s[None, None] < new_len[:, None, None])
-        mask |= s[None, None] == 0                               # a query never sees nothing (padding rows)
+        mask |= s[None, None] == 0  # a query never sees nothing (padding rows)
         p.len[self.rows] = new_len
         return None, self.slots, mask[:, None]
 
@@ -165,5 +188,6 @@ class _SlotView:
         up to its length: `tiled_decode_attention` for one query per row, else `attention` on a copy of the keys."""
         p = self.pool
         store_kv(p.kt[layer], p.v[layer], k, v, self.start, self.n, self.rows)
-        if q.shape[2] == 1: return tiled_decode_attention(q, p.kt[layer], p.v[layer], mask, self.rows)
-        return attention(q, p.keys(layer, self.rows, self.S), p.v[layer][self.rows, :, :self.S], mask)
+        if q.shape[2] == 1:
+            return tiled_decode_attention(q, p.kt[layer], p.v[layer], mask, self.rows)
+        return attention(q, p.keys(layer, self.rows, self.S), p.v[layer][self.rows, :, : self.S], mask)

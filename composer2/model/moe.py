@@ -23,6 +23,7 @@ def rope_table(pos: torch.Tensor, D: int, base: float, dtype=torch.float32) -> t
     ang = pos.to(dtype)[:, None, :, None] * inv
     return ang.cos(), ang.sin()
 
+
 def apply_rope(x: torch.Tensor, pos: torch.Tensor, base: float, table=None) -> torch.Tensor:
     "Rotate the halves of x [B, H, T, D] by angles pos * base^(-2i/D) (pos is [B, T]), or by a `rope_table` of them."
     ft = torch.promote_types(x.dtype, torch.float32)
@@ -34,6 +35,7 @@ def apply_rope(x: torch.Tensor, pos: torch.Tensor, base: float, table=None) -> t
 class Attention(nn.Module):
     """Grouped-query attention with RoPE; with a cache, the cache attends (`KVCache.attend`, `SlotCache` views), else
     `attention`. `rope` is the `rope_table` of `pos` when the caller has it (a model computes it once for all layers)."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg, H, Hkv, hd = cfg, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
@@ -46,7 +48,8 @@ class Attention(nn.Module):
         c = self.cfg
         q = self.wq(x).view(B, T, c.n_heads, c.head_dim).transpose(1, 2)
         k, v = self.wkv(x).view(B, T, 2, c.n_kv_heads, c.head_dim).permute(2, 0, 3, 1, 4)
-        if rope is None: rope = rope_table(pos, c.head_dim, c.rope_base, torch.promote_types(q.dtype, torch.float32))
+        if rope is None:
+            rope = rope_table(pos, c.head_dim, c.rope_base, torch.promote_types(q.dtype, torch.float32))
         q, k = apply_rope(q, pos, c.rope_base, rope), apply_rope(k, pos, c.rope_base, rope)
         y = attention(q, k, v, mask) if cache is None else cache.attend(layer, q, k, v, mask, start)
         return self.wo(y.transpose(1, 2).reshape(B, T, -1))
@@ -54,29 +57,36 @@ class Attention(nn.Module):
 # %% ../../nbs/31_model.ipynb #02c010-2
 class SwiGLU(nn.Module):
     "The dense feed-forward (also the shared expert)."
+
     def __init__(self, d, hidden):
         super().__init__()
         self.w_in = nn.Linear(d, 2 * hidden, bias=False)
         self.w_out = nn.Linear(hidden, d, bias=False)
+
     def forward(self, x):
         g, u = self.w_in(x).chunk(2, -1)
         return self.w_out(F.silu(g) * u)
 
 # %% ../../nbs/31_model.ipynb #02c012
-EXACT_BACKENDS = ("loop", "grouped_mm")   # float32 products: `composer2.kernels.native.moe_experts` may stand in for them
+EXACT_BACKENDS = (
+    "loop",
+    "grouped_mm",
+)  # float32 products: `composer2.kernels.native.moe_experts` may stand in for them
 
 # %% ../../nbs/31_model.ipynb #02c013
 @dataclass
 class Routing:
     "The experts chosen for each token, their gate weights, the full router scores and fallback count."
-    idx: torch.Tensor       # [N, k] int64
-    weights: torch.Tensor   # [N, k]
-    scores: torch.Tensor    # [N, E]
+
+    idx: torch.Tensor  # [N, k] int64
+    weights: torch.Tensor  # [N, k]
+    scores: torch.Tensor  # [N, E]
     n_fallback: int = 0
 
 # %% ../../nbs/31_model.ipynb #02c013-1
 class MoE(nn.Module):
     "Routed experts (top-k of n_experts) plus optional shared experts, dispatched through one grouped GEMM."
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg, E, d, h = cfg, cfg.n_experts, cfg.d_model, cfg.expert_hidden
@@ -84,10 +94,11 @@ class MoE(nn.Module):
         self.w_in = nn.Parameter(torch.empty(E, d, 2 * h))
         self.w_out = nn.Parameter(torch.empty(E, h, d))
         # initialised here, not only by Transformer: a standalone MoE must never compute with uninitialised memory
-        nn.init.normal_(self.w_in, std=cfg.init_std); nn.init.normal_(self.w_out, std=cfg.init_std / math.sqrt(2 * cfg.n_layers))
+        nn.init.normal_(self.w_in, std=cfg.init_std)
+        nn.init.normal_(self.w_out, std=cfg.init_std / math.sqrt(2 * cfg.n_layers))
         self.shared = SwiGLU(d, h * cfg.n_shared_experts) if cfg.n_shared_experts else None
-        self.register_buffer("bias", torch.zeros(E))   # selection bias of the aux-loss-free balancer
-        self.register_buffer("load", torch.zeros(E))   # tokens per expert since the last bias update
+        self.register_buffer("bias", torch.zeros(E))  # selection bias of the aux-loss-free balancer
+        self.register_buffer("load", torch.zeros(E))  # tokens per expert since the last bias update
 
     def route(self, x: torch.Tensor, replay: torch.Tensor | None = None) -> Routing:
         "Choose k experts per token (or take `replay`'s), with gate weights from the full scores."
@@ -97,19 +108,22 @@ class MoE(nn.Module):
         select = scores + self.bias if c.balance in ("aux_free", "both") else scores
         own = select.detach().topk(c.top_k, -1).indices
         n_fallback = 0
-        if replay is None: idx = own
+        if replay is None:
+            idx = own
         else:
             idx = replay.to(own.device, torch.long)
-            if c.replay_fallback: idx, n_fallback = self._fallback(idx, own, scores.detach())
+            if c.replay_fallback:
+                idx, n_fallback = self._fallback(idx, own, scores.detach())
         w = scores.gather(-1, idx)
-        if c.norm_topk: w = w / w.sum(-1, keepdim=True).clamp_min(1e-20)
+        if c.norm_topk:
+            w = w / w.sum(-1, keepdim=True).clamp_min(1e-20)
         return Routing(idx, w, scores, n_fallback)
 
     def _fallback(self, idx, own, scores):
         "Replace replayed experts scoring below threshold * (router's k-th best score) by unused router candidates."
         thr = self.cfg.replay_threshold * scores.gather(-1, own).min(-1, keepdim=True).values
         bad = scores.gather(-1, idx) < thr
-        unused = ~(own[:, :, None] == idx[:, None, :]).any(-1)        # router picks not already replayed
+        unused = ~(own[:, :, None] == idx[:, None, :]).any(-1)  # router picks not already replayed
         order = torch.sort((~unused).long(), dim=-1, stable=True).indices  # unused candidates first, best first
         cands = own.gather(-1, order)
         rank = (bad.long().cumsum(-1) - 1).clamp(min=0)
@@ -121,9 +135,12 @@ class MoE(nn.Module):
         r = self.route(x, replay)
         # a decode step's few tokens in float32 without gradients: the native kernel, where the backend is exact (not MX / NVFP4)
         y = moe_experts(x, r.idx, r.weights, self.w_in, self.w_out) if c.expert_backend in EXACT_BACKENDS else None
-        if y is None: y = self._grouped(x, r)
-        if self.shared is not None: y = y + self.shared(x)
-        if self.training: self.load += torch.bincount(r.idx.reshape(-1), minlength=c.n_experts).to(self.load.dtype)
+        if y is None:
+            y = self._grouped(x, r)
+        if self.shared is not None:
+            y = y + self.shared(x)
+        if self.training:
+            self.load += torch.bincount(r.idx.reshape(-1), minlength=c.n_experts).to(self.load.dtype)
         return y, r
 
     def _grouped(self, x: torch.Tensor, r: Routing) -> torch.Tensor:
@@ -155,6 +172,7 @@ class MoE(nn.Module):
 # %% ../../nbs/31_model.ipynb #02c023
 class Block(nn.Module):
     "Pre-norm transformer block: attention, then an MoE or dense feed-forward."
+
     def __init__(self, cfg: ModelConfig, moe: bool):
         super().__init__()
         self.attn_norm, self.ffn_norm = nn.RMSNorm(cfg.d_model, eps=1e-6), nn.RMSNorm(cfg.d_model, eps=1e-6)
@@ -165,13 +183,16 @@ class Block(nn.Module):
         x = x + self.attn(self.attn_norm(x), pos, mask, cache, layer, start, rope)
         h = self.ffn_norm(x)
         if isinstance(self.ffn, MoE):
-            y, r = self.ffn(h.reshape(-1, h.shape[-1]), None if replay is None else replay.reshape(-1, replay.shape[-1]))
+            y, r = self.ffn(
+                h.reshape(-1, h.shape[-1]), None if replay is None else replay.reshape(-1, replay.shape[-1])
+            )
             return x + y.view_as(x), r
         return x + self.ffn(h), None
 
 # %% ../../nbs/31_model.ipynb #02c023-1
 class MTPModule(nn.Module):
     "One multi-token-prediction depth: merge(hidden, next token embedding) -> block -> norm (head is shared)."
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.norm_h, self.norm_e = nn.RMSNorm(cfg.d_model, eps=1e-6), nn.RMSNorm(cfg.d_model, eps=1e-6)
@@ -183,8 +204,10 @@ class MTPModule(nn.Module):
         "h, emb [B, T, d] -> (hidden for the next depth, normed hidden for the head)."
         x = self.proj(torch.cat([self.norm_h(h), self.norm_e(emb)], -1))
         T = x.shape[1]
-        if valid is None: pos, mask = torch.arange(T, device=x.device).expand(x.shape[0], T), None
-        else: pos, mask = positions(valid), attn_mask(valid, torch.arange(T, device=x.device))
+        if valid is None:
+            pos, mask = torch.arange(T, device=x.device).expand(x.shape[0], T), None
+        else:
+            pos, mask = positions(valid), attn_mask(valid, torch.arange(T, device=x.device))
         x, _ = self.block(x, pos, mask)
         return x, self.norm(x)
 
@@ -192,31 +215,37 @@ class MTPModule(nn.Module):
 @dataclass
 class ModelOutput:
     "What a forward returns."
-    logits: torch.Tensor                  # [B, T, V] ([N, V] with `logits_at`)
-    hidden: torch.Tensor                  # [B, T, d], before the final norm (what MTP depth 1 reads)
-    experts: torch.Tensor | None = None   # [B, T, n_moe_layers, k] when capture=True
+
+    logits: torch.Tensor  # [B, T, V] ([N, V] with `logits_at`)
+    hidden: torch.Tensor  # [B, T, d], before the final norm (what MTP depth 1 reads)
+    experts: torch.Tensor | None = None  # [B, T, n_moe_layers, k] when capture=True
     aux_loss: torch.Tensor | float = 0.0
     n_fallback: int = 0
 
 # %% ../../nbs/31_model.ipynb #02c024-1
 class MoETransformer(nn.Module):
     "The MoE decoder with MTP modules; `forward` handles training, left-padded batches and KV-cached decoding."
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        if cfg.vocab_size <= 0: raise ConfigError("model.vocab_size is 0: take it from the tokenizer before building the model")
+        if cfg.vocab_size <= 0:
+            raise ConfigError("model.vocab_size is 0: take it from the tokenizer before building the model")
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg, moe=i >= cfg.n_dense_layers) for i in range(cfg.n_layers))
         self.norm = nn.RMSNorm(cfg.d_model, eps=1e-6)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        if cfg.tie_embeddings: self.head.weight = self.embed.weight
+        if cfg.tie_embeddings:
+            self.head.weight = self.embed.weight
         self.mtp = nn.ModuleList(MTPModule(cfg) for _ in range(cfg.mtp_depth))
         self.apply(self._init)
 
     def _init(self, m):
         std = self.cfg.init_std
-        if isinstance(m, (nn.Linear, nn.Embedding)): nn.init.normal_(m.weight, std=std)
-        if isinstance(m, (Attention,)): nn.init.normal_(m.wo.weight, std=std / math.sqrt(2 * self.cfg.n_layers))
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=std)
+        if isinstance(m, (Attention,)):
+            nn.init.normal_(m.wo.weight, std=std / math.sqrt(2 * self.cfg.n_layers))
 
     @property
     def moe_layers(self) -> list[MoE]:
@@ -225,7 +254,9 @@ class MoETransformer(nn.Module):
     def new_cache(self, batch, capacity=64, slots: bool = False):
         "An empty KV cache for this model's trunk: a `KVCache` of `batch` rows, or with `slots` a `SlotCache` pool of `batch` sequences."
         p = self.embed.weight
-        return (SlotCache if slots else KVCache)(batch, len(self.blocks), self.cfg.n_kv_heads, self.cfg.head_dim, capacity, p.dtype, p.device)
+        return (SlotCache if slots else KVCache)(
+            batch, len(self.blocks), self.cfg.n_kv_heads, self.cfg.head_dim, capacity, p.dtype, p.device
+        )
 
     def forward(self, idx, valid=None, cache=None, replay=None, capture=False, logits_at=None) -> ModelOutput:
         """idx [B, T]. `valid` [B, T] marks real tokens (default all). With `cache` (a `KVCache` or a `SlotCache` view), the
@@ -240,7 +271,9 @@ class MoETransformer(nn.Module):
         else:
             start, pos, mask = 0, torch.arange(T, device=idx.device).expand(B, T), None
         x = self.embed(idx)
-        rope = rope_table(pos, self.cfg.head_dim, self.cfg.rope_base, torch.promote_types(x.dtype, torch.float32))   # for every layer
+        rope = rope_table(
+            pos, self.cfg.head_dim, self.cfg.rope_base, torch.promote_types(x.dtype, torch.float32)
+        )  # for every layer
         experts, aux, n_fb, m = [], 0.0, 0, 0
         for i, blk in enumerate(self.blocks):
             rep = None if replay is None or not isinstance(blk.ffn, MoE) else replay[:, :, m]
@@ -248,10 +281,13 @@ class MoETransformer(nn.Module):
             if r is not None:
                 m += 1
                 n_fb += r.n_fallback
-                if capture: experts.append(r.idx.view(B, T, -1))
-                if self.training and self.cfg.balance in ("aux_loss", "both"): aux = aux + blk.ffn.aux_loss(r)
+                if capture:
+                    experts.append(r.idx.view(B, T, -1))
+                if self.training and self.cfg.balance in ("aux_loss", "both"):
+                    aux = aux + blk.ffn.aux_loss(r)
         logits = self.head(self.norm(x if logits_at is None else x[logits_at]))
-        if capture: experts = torch.stack(experts, 2) if experts else idx.new_zeros(B, T, 0, self.cfg.top_k)
+        if capture:
+            experts = torch.stack(experts, 2) if experts else idx.new_zeros(B, T, 0, self.cfg.top_k)
         return ModelOutput(logits, x, experts if capture else None, aux, n_fb)
 
     def mtp_logits(self, hidden, idx, valid=None, logits_at=None) -> list[torch.Tensor]:
@@ -260,14 +296,16 @@ class MoETransformer(nn.Module):
         out, h = [], hidden
         for k, mod in enumerate(self.mtp, start=1):
             L = idx.shape[1] - k
-            if L <= 0: break
-            h, hn = mod(h[:, :L], self.embed(idx[:, k:k + L]), None if valid is None else valid[:, k:k + L])
-            out.append(self.head(hn if logits_at is None else hn[logits_at[:, k:k + L]]))
+            if L <= 0:
+                break
+            h, hn = mod(h[:, :L], self.embed(idx[:, k : k + L]), None if valid is None else valid[:, k : k + L])
+            out.append(self.head(hn if logits_at is None else hn[logits_at[:, k : k + L]]))
         return out
 
     def update_router_biases(self):
         "Apply the aux-loss-free balancing step in every MoE layer."
-        for moe in self.moe_layers: moe.update_bias()
+        for moe in self.moe_layers:
+            moe.update_bias()
 
     def param_counts(self) -> dict:
         "Total and active (per token) parameters; embeddings and MTP modules are reported apart."
@@ -277,12 +315,24 @@ class MoETransformer(nn.Module):
         mtp = sum(p.numel() for p in self.mtp.parameters())
         per_expert = 3 * c.d_model * c.expert_hidden
         inactive = len(self.moe_layers) * (c.n_experts - c.top_k) * per_expert
-        return dict(total=total, active=total - inactive, embedding=embed, mtp=mtp,
-                    trunk_total=total - embed - mtp, trunk_active=total - inactive - embed - mtp)
+        return dict(
+            total=total,
+            active=total - inactive,
+            embedding=embed,
+            mtp=mtp,
+            trunk_total=total - embed - mtp,
+            trunk_active=total - inactive - embed - mtp,
+        )
 
 # %% ../../nbs/31_model.ipynb #02c026
-def training_loss(model: MoETransformer, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None,
-                  with_mtp: bool = True, out: ModelOutput | None = None) -> dict:
+def training_loss(
+    model: MoETransformer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    with_mtp: bool = True,
+    out: ModelOutput | None = None,
+) -> dict:
     """x, y [B, T] (y = x shifted by one); mask [B, T] weights the positions that count (default: all). The vocabulary
     heads, main and MTP, run only where the mask is not 0 (`logits_at`). `with_mtp=False` skips the MTP modules; `out`
     reuses a forward already done with `logits_at=mask != 0` (e.g. under no_grad for a frozen trunk). Returns the loss
@@ -290,14 +340,14 @@ def training_loss(model: MoETransformer, x: torch.Tensor, y: torch.Tensor, mask:
     c = model.cfg
     m = torch.ones_like(y, dtype=torch.float32) if mask is None else mask.float()
     at = m != 0
-    out = model(x, logits_at=at) if out is None else out   # logits [N, V]: the N positions of `at`, row-major
+    out = model(x, logits_at=at) if out is None else out  # logits [N, V]: the N positions of `at`, row-major
     avg = lambda t, w: (t * w).sum() / w.sum().clamp_min(1)
     lm = avg(F.cross_entropy(out.logits.float(), y[at], reduction="none"), m[at])
     parts = dict(lm=lm, aux=out.aux_loss * c.aux_loss_coef)
-    col = at.nonzero()[:, 1]   # the position of each row of out.logits
+    col = at.nonzero()[:, 1]  # the position of each row of out.logits
     mtp_losses = []
     for k, lg in enumerate(model.mtp_logits(out.hidden, x, logits_at=at) if with_mtp else [], start=1):
-        ak = at[:, k:]   # depth k at position i predicts what the main head at i + k does
+        ak = at[:, k:]  # depth k at position i predicts what the main head at i + k does
         logq = lg.float().log_softmax(-1)
         if c.mtp_loss == "distill":
             logp = out.logits[col >= k].detach().float().log_softmax(-1)

@@ -18,8 +18,15 @@ from ..data.corpus import DataDir, PAD_ID, open_data
 from ..model.moe import MoETransformer, training_loss
 from ..agent.protocol import SYSTEM_PROMPT, Message, Transcript, context_segments, format_tool_call
 from ..runs import open_run, stage_dir
-from ..model.checkpoint import (build_model, codebase_nll, copy_nll, load_checkpoint, lr_at, read_torch,
-                                        save_checkpoint)
+from composer2.model.checkpoint import (
+    build_model,
+    codebase_nll,
+    copy_nll,
+    load_checkpoint,
+    lr_at,
+    read_torch,
+    save_checkpoint,
+)
 
 # %% auto #0
 __all__ = ['PEAK_BF16_FLOPS', 'StagePlan', 'stage_plan', 'WindowStream', 'TranscriptStream', 'render_transcript', 'sft_examples',
@@ -30,51 +37,92 @@ __all__ = ['PEAK_BF16_FLOPS', 'StagePlan', 'stage_plan', 'WindowStream', 'Transc
 @dataclass
 class StagePlan:
     "What one stage trains, on what, from where."
-    name: str                       # base, cpt-small, ..., mtp, long, sft
+
+    name: str  # base, cpt-small, ..., mtp, long, sft
     steps: int
     seq_len: int
     batch_size: int
     lr: float
-    prose_fraction: float           # share of prose windows (ignored by sft)
+    prose_fraction: float  # share of prose windows (ignored by sft)
     rope_base: float
     train_trunk: bool
     train_mtp: bool
-    init_from: Path | None = None   # predecessor weights
-    mtp_from: Path | None = None    # MTP module weights taken from another run (long)
-    mid_checkpoint: bool = False    # cpt: cut mid.pt at half way
+    init_from: Path | None = None  # predecessor weights
+    mtp_from: Path | None = None  # MTP module weights taken from another run (long)
+    mid_checkpoint: bool = False  # cpt: cut mid.pt at half way
     sft: bool = False
 
 # %% ../../nbs/70_pretrain.ipynb #07c006-3
 def stage_plan(cfg: Config, stage: str, level: str | None = None) -> StagePlan:
     "The plan of `stage` (and `level`, for cpt) under `cfg`; names the predecessor checkpoints it needs."
     p, t = cfg.pretrain, cfg.train
-    if stage not in STAGES: raise C2Error(f"unknown stage {stage!r} (choose from {', '.join(STAGES)})")
-    if stage == "cpt" and level not in LEVELS: raise C2Error(f"stage cpt needs --level (choose from {', '.join(LEVELS)})")
-    if len(p.cpt_levels) != 3: raise C2Error(f"pretrain.cpt_levels needs 3 multipliers (small, medium, large), got {list(p.cpt_levels)}")
-    common = dict(seq_len=t.seq_len, batch_size=t.batch_size, lr=t.lr, prose_fraction=p.cpt_prose_fraction,
-                  rope_base=cfg.model.rope_base, train_trunk=True, train_mtp=False)
+    if stage not in STAGES:
+        raise C2Error(f"unknown stage {stage!r} (choose from {', '.join(STAGES)})")
+    if stage == "cpt" and level not in LEVELS:
+        raise C2Error(f"stage cpt needs --level (choose from {', '.join(LEVELS)})")
+    if len(p.cpt_levels) != 3:
+        raise C2Error(f"pretrain.cpt_levels needs 3 multipliers (small, medium, large), got {list(p.cpt_levels)}")
+    common = dict(
+        seq_len=t.seq_len,
+        batch_size=t.batch_size,
+        lr=t.lr,
+        prose_fraction=p.cpt_prose_fraction,
+        rope_base=cfg.model.rope_base,
+        train_trunk=True,
+        train_mtp=False,
+    )
     cpt_mtp = stage_dir(cfg, f"cpt-{p.mtp_from}")
     if stage == "base":
         return StagePlan("base", p.base_steps, **{**common, "prose_fraction": p.base_prose_fraction})
     if stage == "cpt":
         steps = max(1, round(p.cpt_steps * p.cpt_levels[LEVELS.index(level)]))
-        return StagePlan(f"cpt-{level}", steps, **common, init_from=stage_dir(cfg, "base") / "final.pt", mid_checkpoint=True)
+        return StagePlan(
+            f"cpt-{level}", steps, **common, init_from=stage_dir(cfg, "base") / "final.pt", mid_checkpoint=True
+        )
     if stage == "mtp":
-        return StagePlan("mtp", p.mtp_steps, **{**common, "train_trunk": not p.mtp_freeze_trunk, "train_mtp": True},
-                         init_from=cpt_mtp / "mid.pt")
+        return StagePlan(
+            "mtp",
+            p.mtp_steps,
+            **{**common, "train_trunk": not p.mtp_freeze_trunk, "train_mtp": True},
+            init_from=cpt_mtp / "mid.pt",
+        )
     if stage == "long":
         f = p.long_seq_factor
-        return StagePlan("long", p.long_steps, **{**common, "seq_len": t.seq_len * f, "batch_size": max(1, t.batch_size // f),
-                         "rope_base": p.long_rope_base, "train_mtp": True},
-                         init_from=cpt_mtp / "final.pt", mtp_from=stage_dir(cfg, "mtp") / "final.pt")
-    return StagePlan("sft", p.sft_steps, **{**common, "seq_len": t.seq_len * p.long_seq_factor, "rope_base": p.long_rope_base,
-                     "batch_size": max(1, t.batch_size // p.long_seq_factor), "lr": t.lr * p.sft_lr_ratio, "train_mtp": True},
-                     init_from=stage_dir(cfg, "long") / "final.pt", sft=True)
+        return StagePlan(
+            "long",
+            p.long_steps,
+            **{
+                **common,
+                "seq_len": t.seq_len * f,
+                "batch_size": max(1, t.batch_size // f),
+                "rope_base": p.long_rope_base,
+                "train_mtp": True,
+            },
+            init_from=cpt_mtp / "final.pt",
+            mtp_from=stage_dir(cfg, "mtp") / "final.pt",
+        )
+    return StagePlan(
+        "sft",
+        p.sft_steps,
+        **{
+            **common,
+            "seq_len": t.seq_len * p.long_seq_factor,
+            "rope_base": p.long_rope_base,
+            "batch_size": max(1, t.batch_size // p.long_seq_factor),
+            "lr": t.lr * p.sft_lr_ratio,
+            "train_mtp": True,
+        },
+        init_from=stage_dir(cfg, "long") / "final.pt",
+        sft=True,
+    )
 
 # %% ../../nbs/70_pretrain.ipynb #07c009
 class WindowStream(torch.utils.data.IterableDataset):
     "Endless batches; batch s depends only on (seed, s), so a resumed run sees the same data from step s on."
-    def __init__(self, sources: list[np.ndarray], weights: list[float], batch_size: int, seq_len: int, seed: int, start: int = 0):
+
+    def __init__(
+        self, sources: list[np.ndarray], weights: list[float], batch_size: int, seq_len: int, seed: int, start: int = 0
+    ):
         self.sources = [s for s in sources]
         self.weights = torch.tensor(weights, dtype=torch.float64)
         self.batch_size, self.seq_len, self.seed, self.start = batch_size, seq_len, seed, start
@@ -87,22 +135,32 @@ class WindowStream(torch.utils.data.IterableDataset):
         for w in which:
             src = self.sources[w]
             o = int(torch.randint(0, len(src) - self.seq_len - 1, (1,), generator=g))
-            rows.append(torch.from_numpy(src[o:o + self.seq_len + 1].astype(np.int64)))
+            rows.append(torch.from_numpy(src[o : o + self.seq_len + 1].astype(np.int64)))
         b = torch.stack(rows)
         return b[:, :-1], b[:, 1:], torch.ones(self.batch_size, self.seq_len)
 
     def __iter__(self):
         s = self.start
         while True:
-            yield self.batch_at(s); s += 1
+            yield self.batch_at(s)
+            s += 1
 
 # %% ../../nbs/70_pretrain.ipynb #07c009-1
 class TranscriptStream(WindowStream):
     """Endless batches of SFT transcripts (padded), with the loss mask on the assistant's tokens. With `code` tokens and
     `mix` > 0, each row is instead a window of `code` with probability `mix` (loss on every token, weighted so the row
     weighs as much as an average transcript row): pretraining data in the mix keeps what pretraining learned."""
-    def __init__(self, examples: list[tuple[list[int], list[int]]], batch_size, seq_len, seed, start=0,
-                 code: np.ndarray | None = None, mix: float = 0.0):
+
+    def __init__(
+        self,
+        examples: list[tuple[list[int], list[int]]],
+        batch_size,
+        seq_len,
+        seed,
+        start=0,
+        code: np.ndarray | None = None,
+        mix: float = 0.0,
+    ):
         super().__init__([], [1.0], batch_size, seq_len, seed, start)
         self.examples, self.code, self.mix = examples, code, mix if code is not None else 0.0
         mean_loss_tokens = np.mean([min(sum(mk), seq_len) for _, mk in examples]) if examples else 1.0
@@ -113,14 +171,19 @@ class TranscriptStream(WindowStream):
         x = torch.full((self.batch_size, self.seq_len + 1), PAD_ID, dtype=torch.long)
         m = torch.zeros(self.batch_size, self.seq_len + 1)
         for r, i in enumerate(torch.randint(0, len(self.examples), (self.batch_size,), generator=g).tolist()):
-            if self.mix > 0 and float(torch.rand((), generator=g)) < self.mix:   # a pretraining window instead
+            if self.mix > 0 and float(torch.rand((), generator=g)) < self.mix:  # a pretraining window instead
                 o = int(torch.randint(0, len(self.code) - self.seq_len - 1, (1,), generator=g))
-                x[r] = torch.from_numpy(self.code[o:o + self.seq_len + 1].astype(np.int64)); m[r] = self.code_weight
+                x[r] = torch.from_numpy(self.code[o : o + self.seq_len + 1].astype(np.int64))
+                m[r] = self.code_weight
                 continue
             ids, mask = self.examples[i]
-            ids, mask = ids[-(self.seq_len + 1):], mask[-(self.seq_len + 1):]   # too long: keep the end, the model's turns
-            x[r, :len(ids)] = torch.tensor(ids); m[r, :len(mask)] = torch.tensor(mask, dtype=torch.float)
-        return x[:, :-1], x[:, 1:], m[:, 1:]   # the mask applies to the predicted token
+            ids, mask = (
+                ids[-(self.seq_len + 1) :],
+                mask[-(self.seq_len + 1) :],
+            )  # too long: keep the end, the model's turns
+            x[r, : len(ids)] = torch.tensor(ids)
+            m[r, : len(mask)] = torch.tensor(mask, dtype=torch.float)
+        return x[:, :-1], x[:, 1:], m[:, 1:]  # the mask applies to the predicted token
 
 # %% ../../nbs/70_pretrain.ipynb #07c011
 def render_transcript(data: DataDir, turns: list[tuple[str, str]]) -> tuple[list[int], list[int]]:
@@ -128,46 +191,67 @@ def render_transcript(data: DataDir, turns: list[tuple[str, str]]) -> tuple[list
     return Transcript([Message(role, text) for role, text in turns]).render(data)
 
 # %% ../../nbs/70_pretrain.ipynb #07c011-1
-def sft_examples(data: DataDir, n: int = 2000, max_chars: int = 1200, cfg: Config | None = None) -> list[tuple[list[int], list[int]]]:
+def sft_examples(
+    data: DataDir, n: int = 2000, max_chars: int = 1200, cfg: Config | None = None
+) -> list[tuple[list[int], list[int]]]:
     "Targeted coding tasks from the corpus's documented functions, as agent transcripts; plus oracle trajectories when `cfg.pretrain.sft_oracle` > 0 (each segment of a summarising one an example of its own)."
     out = _corpus_sft(data, n, max_chars)
-    if cfg is None or not cfg.pretrain.sft_oracle: return out
-    from composer2.agent.episode import oracle_transcripts   # sandboxed episodes of the oracle on the train split
-    trs = oracle_transcripts(cfg, cfg.pretrain.sft_oracle, data=data)   # with summaries: one example per segment, as the model saw it
-    return mix_oracle(out, [Transcript(s).render(data) for t in trs for s in context_segments(t.messages)], cfg.pretrain.sft_oracle_share)
+    if cfg is None or not cfg.pretrain.sft_oracle:
+        return out
+    from composer2.agent.episode import oracle_transcripts  # sandboxed episodes of the oracle on the train split
+
+    trs = oracle_transcripts(
+        cfg, cfg.pretrain.sft_oracle, data=data
+    )  # with summaries: one example per segment, as the model saw it
+    return mix_oracle(
+        out,
+        [Transcript(s).render(data) for t in trs for s in context_segments(t.messages)],
+        cfg.pretrain.sft_oracle_share,
+    )
 
 # %% ../../nbs/70_pretrain.ipynb #07c011-2
 def mix_oracle(examples: list, oracle: list, share: float) -> list:
     "`examples` with the `oracle` examples repeated to make up `share` of the result (cut to that share when they are more)."
-    if not oracle or share <= 0: return list(examples)
-    if share >= 1: return list(oracle)
+    if not oracle or share <= 0:
+        return list(examples)
+    if share >= 1:
+        return list(oracle)
     k = max(1, round(len(examples) * share / (1 - share)))
     return list(examples) + [oracle[i % len(oracle)] for i in range(k)]
 
 # %% ../../nbs/70_pretrain.ipynb #07c011-3
 def _corpus_sft(data: DataDir, n: int, max_chars: int) -> list[tuple[list[int], list[int]]]:
-    val = set(data.manifest["val"]["code"])   # held-out files stay held out
+    val = set(data.manifest["val"]["code"])  # held-out files stay held out
     out = []
     with open(data.path / "corpus.jsonl") as f:
         for line in f:
             doc = json.loads(line)
-            if doc["name"] in val: continue
-            try: tree = ast.parse(doc["text"])
-            except SyntaxError: continue
+            if doc["name"] in val:
+                continue
+            try:
+                tree = ast.parse(doc["text"])
+            except SyntaxError:
+                continue
             for node in ast.walk(tree):
-                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not ast.get_docstring(node): continue
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not ast.get_docstring(node):
+                    continue
                 src = ast.get_source_segment(doc["text"], node)
-                if not src or len(src) > max_chars: continue
+                if not src or len(src) > max_chars:
+                    continue
                 sig = src.split("\n", 1)[0].strip().rstrip(":")
                 path = doc["name"].split("/", 1)[-1]
                 task = f"In {path}, implement `{sig}`: {ast.get_docstring(node).splitlines()[0]}"
                 t = Transcript().add("system", SYSTEM_PROMPT).add("user", task)
                 t.add("assistant", format_tool_call("write_file", {"path": path, "content": src}))
-                t.add("tool_result", f"wrote {len(src.splitlines())} lines to {path}")   # what the write_file tool answers
+                t.add(
+                    "tool_result", f"wrote {len(src.splitlines())} lines to {path}"
+                )  # what the write_file tool answers
                 t.add("assistant", format_tool_call("finish", {"message": f"Implemented `{node.name}` in {path}."}))
                 out.append(t.render(data))
-                if len(out) >= n: return out
-    if not out: raise C2Error(f"no documented functions in {data.path / 'corpus.jsonl'} to build SFT transcripts from")
+                if len(out) >= n:
+                    return out
+    if not out:
+        raise C2Error(f"no documented functions in {data.path / 'corpus.jsonl'} to build SFT transcripts from")
     return out
 
 # %% ../../nbs/70_pretrain.ipynb #07c014
@@ -183,16 +267,19 @@ def flops_per_token(model: MoETransformer, seq_len: int) -> float:
 # %% ../../nbs/70_pretrain.ipynb #07c014-2
 def peak_flops(device: torch.device) -> float | None:
     "Dense bf16 peak of a known GPU, else None."
-    if device.type != "cuda": return None
+    if device.type != "cuda":
+        return None
     name = torch.cuda.get_device_name(device)
     return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
 
 # %% ../../nbs/70_pretrain.ipynb #07c014-3
 class PretrainModule(L.LightningModule):
     "One stage of pretraining around a `MoETransformer`."
+
     def __init__(self, cfg: Config, plan: StagePlan, vocab_size: int, internal: np.ndarray):
         super().__init__()
-        mcfg = copy.deepcopy(cfg); mcfg.model.rope_base = plan.rope_base
+        mcfg = copy.deepcopy(cfg)
+        mcfg.model.rope_base = plan.rope_base
         mcfg.model.max_seq_len = max(mcfg.model.max_seq_len, plan.seq_len)
         self.cfg, self.plan, self.internal = cfg, plan, internal
         self.model = build_model(mcfg, vocab_size)
@@ -205,9 +292,14 @@ class PretrainModule(L.LightningModule):
         params = [p for p in self.model.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]
         rest = [p for p in params if p.dim() < 2]
-        opt = torch.optim.AdamW([dict(params=decay, weight_decay=t.weight_decay), dict(params=rest, weight_decay=0.0)],
-                                lr=self.plan.lr, betas=(0.9, 0.95))
-        sched_cfg = dataclasses.replace(t, steps=self.plan.steps, lr=1.0, warmup_steps=min(t.warmup_steps, self.plan.steps // 4))
+        opt = torch.optim.AdamW(
+            [dict(params=decay, weight_decay=t.weight_decay), dict(params=rest, weight_decay=0.0)],
+            lr=self.plan.lr,
+            betas=(0.9, 0.95),
+        )
+        sched_cfg = dataclasses.replace(
+            t, steps=self.plan.steps, lr=1.0, warmup_steps=min(t.warmup_steps, self.plan.steps // 4)
+        )
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at(s, sched_cfg))
         return dict(optimizer=opt, lr_scheduler=dict(scheduler=sched, interval="step"))
 
@@ -215,8 +307,9 @@ class PretrainModule(L.LightningModule):
         x, y, m = batch
         if self.plan.train_trunk:
             parts = training_loss(self.model, x, y, m, with_mtp=self.plan.train_mtp)
-        else:   # frozen trunk: only the MTP modules learn, from the detached trunk
-            with torch.no_grad(): out = self.model(x, logits_at=m != 0)   # the positions training_loss reads
+        else:  # frozen trunk: only the MTP modules learn, from the detached trunk
+            with torch.no_grad():
+                out = self.model(x, logits_at=m != 0)  # the positions training_loss reads
             parts = training_loss(self.model, x, y, m, out=out)
             parts["loss"] = parts["mtp"]
         log = dict(loss=parts["loss"], lm=parts["lm"], mtp=parts["mtp"])
@@ -228,39 +321,47 @@ class PretrainModule(L.LightningModule):
 
     def _throughput(self, n):
         now = time.perf_counter()
-        if self._t is None: self._t = now; return
+        if self._t is None:
+            self._t = now
+            return
         self._tokens += n
         if self.global_step % self.cfg.pretrain.log_every == 0 and now > self._t:
             tps = self._tokens / (now - self._t)
             self.log("train/tokens_per_s", tps, prog_bar=True)
             peak = peak_flops(self.device)
-            if peak: self.log("train/mfu", tps * flops_per_token(self.model, self.plan.seq_len) / peak, prog_bar=True)
+            if peak:
+                self.log("train/mfu", tps * flops_per_token(self.model, self.plan.seq_len) / peak, prog_bar=True)
             self._t, self._tokens = now, 0
 
     def on_save_checkpoint(self, checkpoint):
         # nothing in a step draws from these today (batches come from their own seeded generators), but a resumed
         # run must not depend on that staying true
-        checkpoint["rng"] = dict(torch=torch.get_rng_state(), numpy=np.random.get_state(),
-                                 cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+        checkpoint["rng"] = dict(
+            torch=torch.get_rng_state(),
+            numpy=np.random.get_state(),
+            cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        )
 
     def on_load_checkpoint(self, checkpoint):
         rng = checkpoint.get("rng")
         if rng:
-            torch.set_rng_state(rng["torch"]); np.random.set_state(rng["numpy"])
-            if rng["cuda"] is not None and torch.cuda.is_available(): torch.cuda.set_rng_state_all(rng["cuda"])
+            torch.set_rng_state(rng["torch"])
+            np.random.set_state(rng["numpy"])
+            if rng["cuda"] is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
 
     def optimizer_step(self, *args, **kwargs):
         super().optimizer_step(*args, **kwargs)
-        self.model.update_router_biases()   # inside the step, so every checkpoint holds the updated biases
+        self.model.update_router_biases()  # inside the step, so every checkpoint holds the updated biases
 
     def validation_step(self, batch, idx):
         x, y, _ = batch
         out = self.model(x)
         loss = torch.nn.functional.cross_entropy(out.logits.float().flatten(0, 1), y.flatten())
         self.log("val/loss", loss)
-        if self.model.mtp:   # acceptance proxy: MTP-1's argmax at i vs the main head's at i+1 (both predict t[i+2])
+        if self.model.mtp:  # acceptance proxy: MTP-1's argmax at i vs the main head's at i+1 (both predict t[i+2])
             mtp1 = self.model.mtp_logits(out.hidden, x)[0]
-            agree = (mtp1[:, :-1].argmax(-1) == out.logits[:, 1:mtp1.shape[1]].argmax(-1)).float().mean()
+            agree = (mtp1[:, :-1].argmax(-1) == out.logits[:, 1 : mtp1.shape[1]].argmax(-1)).float().mean()
             self.log("val/mtp_agreement", agree)
 
     def on_validation_epoch_end(self):
@@ -269,13 +370,16 @@ class PretrainModule(L.LightningModule):
 # %% ../../nbs/70_pretrain.ipynb #07c016
 class AtomicCheckpointIO(TorchCheckpointIO):
     "Write to a temporary file, then rename: a killed process never leaves a half-written checkpoint."
+
     def save_checkpoint(self, checkpoint, path, storage_options=None):
-        path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, lambda f: torch.save(checkpoint, f))
 
 # %% ../../nbs/70_pretrain.ipynb #07c016-1
 class StageCallback(Callback):
     "Resumable checkpoints every `every` steps, the mid-stage cut, preemption, and the loss record."
+
     def __init__(self, out: Path, plan: StagePlan, every: int, data_key: str):
         self.out, self.plan, self.every, self.data_key, self.preempted = out, plan, every, data_key, False
 
@@ -286,11 +390,19 @@ class StageCallback(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         s = trainer.global_step
-        with open(self.out / "losses.jsonl", "a") as f:   # exact floats, for resume checks
-            for step, loss in pl_module.losses: f.write(json.dumps(dict(step=step, loss=float(loss).hex())) + "\n")
+        with open(self.out / "losses.jsonl", "a") as f:  # exact floats, for resume checks
+            for step, loss in pl_module.losses:
+                f.write(json.dumps(dict(step=step, loss=float(loss).hex())) + "\n")
         pl_module.losses.clear()
         if self.plan.mid_checkpoint and s == self.plan.steps // 2:
-            save_checkpoint(self.out / "mid.pt", pl_module.model, pl_module.cfg, step=s, stage=self.plan.name, data_key=self.data_key)
+            save_checkpoint(
+                self.out / "mid.pt",
+                pl_module.model,
+                pl_module.cfg,
+                step=s,
+                stage=self.plan.name,
+                data_key=self.data_key,
+            )
         if s % self.every == 0 or self.preempted:
             trainer.save_checkpoint(self.out / "last.ckpt")
         if self.preempted:
@@ -303,41 +415,68 @@ def read_losses(out: Path) -> dict[int, float]:
     p = Path(out) / "losses.jsonl"
     if p.exists():
         for line in p.read_text().splitlines():
-            r = json.loads(line); rec[r["step"]] = float.fromhex(r["loss"])
+            r = json.loads(line)
+            rec[r["step"]] = float.fromhex(r["loss"])
     return rec
 
 # %% ../../nbs/70_pretrain.ipynb #07c018
 def _load_init(module: PretrainModule, plan: StagePlan, data: DataDir, cmd: str):
     for path, what in [(plan.init_from, "weights"), (plan.mtp_from, "MTP modules")]:
-        if path is None: continue
+        if path is None:
+            continue
         if not path.is_file():
             pred = path.parent.name.replace("cpt-", "cpt --level ")
-            raise C2Error(f"stage {plan.name} needs {path} ({what} of stage {path.parent.name}): run `{cmd} --stage {pred}` first")
+            raise C2Error(
+                f"stage {plan.name} needs {path} ({what} of stage {path.parent.name}): run `{cmd} --stage {pred}` first"
+            )
         _, ck = load_checkpoint(path)
         if ck.get("data_key") != data.manifest["key"]:
-            raise C2Error(f"{path} was trained on data {ck.get('data_key')} but the data dir is {data.manifest['key']} "
-                          f"(another tokenizer or corpus): use the same data settings, or rerun its stage")
+            raise C2Error(
+                f"{path} was trained on data {ck.get('data_key')} but the data dir is {data.manifest['key']} "
+                f"(another tokenizer or corpus): use the same data settings, or rerun its stage"
+            )
         sd = ck["model"] if what == "weights" else {k: v for k, v in ck["model"].items() if k.startswith("mtp.")}
         module.model.load_state_dict(sd, strict=what == "weights")
 
 # %% ../../nbs/70_pretrain.ipynb #07c018-1
-def _trainer(cfg: Config, out: Path, plan: StagePlan, cb: StageCallback, progress: bool, minutes: float = 0.0) -> L.Trainer:
+def _trainer(
+    cfg: Config, out: Path, plan: StagePlan, cb: StageCallback, progress: bool, minutes: float = 0.0
+) -> L.Trainer:
     p, t = cfg.pretrain, cfg.train
     cuda = torch.cuda.is_available() and t.device != "cpu"
     plugins = [AtomicCheckpointIO()]
     if "SLURM_JOB_ID" in os.environ:
         from lightning.pytorch.plugins.environments import SLURMEnvironment
-        plugins.append(SLURMEnvironment(auto_requeue=False))   # our callback saves; we requeue after exit
+
+        plugins.append(SLURMEnvironment(auto_requeue=False))  # our callback saves; we requeue after exit
     loggers = [CSVLogger(out, name="logs"), TensorBoardLogger(out, name="tb")]
-    return L.Trainer(max_steps=plan.steps, accelerator="gpu" if cuda else "cpu", devices=p.devices, num_nodes=p.num_nodes,
-                     strategy=p.strategy, precision="bf16-mixed" if cuda and t.dtype == "bfloat16" else "32-true",
-                     logger=loggers, callbacks=[cb], plugins=plugins, enable_checkpointing=False, default_root_dir=out,
-                     val_check_interval=t.eval_every, check_val_every_n_epoch=None, limit_val_batches=4, num_sanity_val_steps=0,
-                     gradient_clip_val=t.grad_clip or None, log_every_n_steps=p.log_every, enable_model_summary=False,
-                     enable_progress_bar=progress, max_time=dict(seconds=60 * minutes) if minutes else None)
+    return L.Trainer(
+        max_steps=plan.steps,
+        accelerator="gpu" if cuda else "cpu",
+        devices=p.devices,
+        num_nodes=p.num_nodes,
+        strategy=p.strategy,
+        precision="bf16-mixed" if cuda and t.dtype == "bfloat16" else "32-true",
+        logger=loggers,
+        callbacks=[cb],
+        plugins=plugins,
+        enable_checkpointing=False,
+        default_root_dir=out,
+        val_check_interval=t.eval_every,
+        check_val_every_n_epoch=None,
+        limit_val_batches=4,
+        num_sanity_val_steps=0,
+        gradient_clip_val=t.grad_clip or None,
+        log_every_n_steps=p.log_every,
+        enable_model_summary=False,
+        enable_progress_bar=progress,
+        max_time=dict(seconds=60 * minutes) if minutes else None,
+    )
 
 # %% ../../nbs/70_pretrain.ipynb #07c018-2
-def run_plan(cfg: Config, plan: StagePlan, out: Path, data: DataDir | None = None, progress: bool = True, minutes: float = 0.0) -> dict:
+def run_plan(
+    cfg: Config, plan: StagePlan, out: Path, data: DataDir | None = None, progress: bool = True, minutes: float = 0.0
+) -> dict:
     """Run (or resume, or skip if done) `plan` into `out`; return its summary, `done.json`. With `minutes` > 0 the run
     stops when that much time is up, and its summary says so: `stopped_early` (the schedule, sized to `plan.steps`,
     never finished decaying, and the result depends on the machine's speed). A run in `out` trained at other code than
@@ -352,46 +491,93 @@ def run_plan(cfg: Config, plan: StagePlan, out: Path, data: DataDir | None = Non
     ckpt = out / "last.ckpt"
     if ckpt.exists():
         start = read_torch(ckpt, hint="delete it to restart the stage").get("global_step", 0)
-    else: start = 0
+    else:
+        start = 0
     L.seed_everything(cfg.train.seed, verbose=False)
     internal = data.internal_tokens()[: cfg.train.eval_tokens]
     module = PretrainModule(cfg, plan, data.vocab_size, internal)
     _load_init(module, plan, data, cmd)
-    before = codebase_nll(module.model, internal, min(plan.seq_len, 512))["nll"] if start == 0 else None   # (unknown on resume)
+    before = (
+        codebase_nll(module.model, internal, min(plan.seq_len, 512))["nll"] if start == 0 else None
+    )  # (unknown on resume)
     t = cfg.train
-    if plan.sft: stream = TranscriptStream(sft_examples(data, cfg=cfg), plan.batch_size, plan.seq_len, t.seed,
-                                           code=data.tokens("code_train"), mix=cfg.pretrain.sft_pretrain_mix)
+    if plan.sft:
+        stream = TranscriptStream(
+            sft_examples(data, cfg=cfg),
+            plan.batch_size,
+            plan.seq_len,
+            t.seed,
+            code=data.tokens("code_train"),
+            mix=cfg.pretrain.sft_pretrain_mix,
+        )
     else:
-        stream = WindowStream([data.tokens("prose_train"), data.tokens("code_train")],
-                              [plan.prose_fraction, 1 - plan.prose_fraction], plan.batch_size, plan.seq_len, t.seed)
+        stream = WindowStream(
+            [data.tokens("prose_train"), data.tokens("code_train")],
+            [plan.prose_fraction, 1 - plan.prose_fraction],
+            plan.batch_size,
+            plan.seq_len,
+            t.seed,
+        )
     val = torch.from_numpy(data.tokens("code_val").astype(np.int64))
     n_val = max(1, min(4 * plan.batch_size, (len(val) - 1) // plan.seq_len))
-    vx, vy = val[: n_val * plan.seq_len].view(n_val, -1), val[1: n_val * plan.seq_len + 1].view(n_val, -1)
-    val_loader = lambda: torch.utils.data.DataLoader(torch.utils.data.TensorDataset(vx, vy, torch.ones(vx.shape)), batch_size=plan.batch_size)
-    stream.start = start   # the data stream restarts exactly at the restored step
+    vx, vy = val[: n_val * plan.seq_len].view(n_val, -1), val[1 : n_val * plan.seq_len + 1].view(n_val, -1)
+    val_loader = lambda: torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(vx, vy, torch.ones(vx.shape)), batch_size=plan.batch_size
+    )
+    stream.start = start  # the data stream restarts exactly at the restored step
     cb = StageCallback(out, plan, cfg.pretrain.ckpt_every, data.manifest["key"])
     trainer = _trainer(cfg, out, plan, cb, progress, minutes)
     t0 = time.time()
-    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(stream, batch_size=None), val_dataloaders=val_loader(),
-                ckpt_path=str(ckpt) if ckpt.exists() else None, weights_only=False)   # our own checkpoints
+    trainer.fit(
+        module,
+        train_dataloaders=torch.utils.data.DataLoader(stream, batch_size=None),
+        val_dataloaders=val_loader(),
+        ckpt_path=str(ckpt) if ckpt.exists() else None,
+        weights_only=False,
+    )  # our own checkpoints
     if cb.preempted:
-        if "SLURM_JOB_ID" in os.environ: subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]], check=False)
-        raise Preempted(f"stage {plan.name} preempted at step {trainer.global_step}: checkpoint saved; rerun the same command to resume")
+        if "SLURM_JOB_ID" in os.environ:
+            subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]], check=False)
+        raise Preempted(
+            f"stage {plan.name} preempted at step {trainer.global_step}: checkpoint saved; rerun the same command to resume"
+        )
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     trainer.validate(module, dataloaders=val_loader(), verbose=False)
     metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")})
     tokens = trainer.global_step * plan.batch_size * plan.seq_len
-    save_checkpoint(out / "final.pt", module.model, cfg, step=trainer.global_step, data_key=data.manifest["key"], stage=plan.name, tokens=tokens)
-    done = dict(stage=plan.name, steps=trainer.global_step, planned_steps=plan.steps, stopped_early=trainer.global_step < plan.steps,
-                tokens=tokens, seconds=time.time() - t0, resumed_from=start, initial_internal_nll=before,
-                internal_nll=metrics.get("val/internal_nll"), val_loss=metrics.get("val/loss"),
-                mtp_agreement=metrics.get("val/mtp_agreement"), copy=copy_nll(module.model, data.vocab_size),
-                params=module.model.param_counts(), checkpoint=str(out / "final.pt"), device=str(module.device))
+    save_checkpoint(
+        out / "final.pt",
+        module.model,
+        cfg,
+        step=trainer.global_step,
+        data_key=data.manifest["key"],
+        stage=plan.name,
+        tokens=tokens,
+    )
+    done = dict(
+        stage=plan.name,
+        steps=trainer.global_step,
+        planned_steps=plan.steps,
+        stopped_early=trainer.global_step < plan.steps,
+        tokens=tokens,
+        seconds=time.time() - t0,
+        resumed_from=start,
+        initial_internal_nll=before,
+        internal_nll=metrics.get("val/internal_nll"),
+        val_loss=metrics.get("val/loss"),
+        mtp_agreement=metrics.get("val/mtp_agreement"),
+        copy=copy_nll(module.model, data.vocab_size),
+        params=module.model.param_counts(),
+        checkpoint=str(out / "final.pt"),
+        device=str(module.device),
+    )
     atomic_write(out / "done.json", json.dumps(done, indent=1))
     return done
 
 # %% ../../nbs/70_pretrain.ipynb #07c018-3
-def run_stage(cfg: Config, stage: str, level: str | None = None, data: DataDir | None = None, progress: bool = True) -> dict:
+def run_stage(
+    cfg: Config, stage: str, level: str | None = None, data: DataDir | None = None, progress: bool = True
+) -> dict:
     "Run (or resume, or skip if done) one stage of the pipeline into `stage_dir`; return its summary."
     plan = stage_plan(cfg, stage, level)
     return run_plan(cfg, plan, stage_dir(cfg, plan.name), data, progress)
@@ -402,8 +588,12 @@ def run_pipeline(cfg: Config, data: DataDir | None = None, progress: bool = True
     continued-pretraining level the MTP and long-context stages continue from (`pretrain.mtp_from`, under `cpt-LEVEL`),
     mtp, long, sft. Returns {stage: summary}; what the stages took is the sum of their `seconds`."""
     lv = cfg.pretrain.mtp_from
-    stages = {"base": run_stage(cfg, "base", data=data, progress=progress), f"cpt-{lv}": run_stage(cfg, "cpt", lv, data, progress)}
-    for st in ("mtp", "long", "sft"): stages[st] = run_stage(cfg, st, data=data, progress=progress)
+    stages = {
+        "base": run_stage(cfg, "base", data=data, progress=progress),
+        f"cpt-{lv}": run_stage(cfg, "cpt", lv, data, progress),
+    }
+    for st in ("mtp", "long", "sft"):
+        stages[st] = run_stage(cfg, st, data=data, progress=progress)
     return stages
 
 # %% ../../nbs/70_pretrain.ipynb #07c021-1
@@ -412,6 +602,15 @@ def train(cfg: Config, data: DataDir | None = None, out: str | Path | None = Non
     by `run_plan` with the `train.minutes` budget; its summary (`checkpoint`: final.pt, `initial_internal_nll` and
     `internal_nll` before and after)."""
     t = cfg.train
-    plan = StagePlan("train", t.steps, t.seq_len, t.batch_size, t.lr, prose_fraction=0.0, rope_base=cfg.model.rope_base,
-                     train_trunk=True, train_mtp=cfg.model.mtp_depth > 0)
+    plan = StagePlan(
+        "train",
+        t.steps,
+        t.seq_len,
+        t.batch_size,
+        t.lr,
+        prose_fraction=0.0,
+        rope_base=cfg.model.rope_base,
+        train_trunk=True,
+        train_mtp=cfg.model.mtp_depth > 0,
+    )
     return run_plan(cfg, plan, Path(out or t.out), data, progress, minutes=t.minutes)

@@ -16,8 +16,8 @@ from .step import Group, rl_step, staleness_histogram
 from .sync import delta_stats, make_delta, publishable
 from .sync import WeightReceiver
 
-POLL_S = 0.1   # how often an idle rollout worker asks for a prompt, and the driver for a batch: each ask is a Ray call
-               # (0.02 s kept the reconciler actor at ~8% of a core on 2 cores; new prompts free up once per RL step)
+POLL_S = 0.1  # how often an idle rollout worker asks for a prompt, and the driver for a batch: each ask is a Ray call
+# (0.02 s kept the reconciler actor at ~8% of a core on 2 cores; new prompts free up once per RL step)
 
 # %% auto #0
 __all__ = ['POLL_S', 'build_policy', 'TrainerImpl', 'RolloutWorkerImpl']
@@ -26,27 +26,34 @@ __all__ = ['POLL_S', 'build_policy', 'TrainerImpl', 'RolloutWorkerImpl']
 def build_policy(model_cfg: dict, state: dict, cfg: Config) -> MoETransformer:
     "A `MoETransformer` of `model_cfg` holding `state` (published weights; load counters may be absent), with `cfg.model`'s replay-fallback switch."
     from composer2.config import ModelConfig
+
     m = MoETransformer(ModelConfig(**model_cfg))
     missing, unexpected = m.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith(".load")]
     if missing or unexpected:
-        raise C2Error(f"weights do not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]}): another model config?")
+        raise C2Error(
+            f"weights do not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]}): another model config?"
+        )
     m.cfg.replay_fallback, m.cfg.replay_threshold = cfg.model.replay_fallback, cfg.model.replay_threshold
     return m.eval()
 
 # %% ../../nbs/84_actors.ipynb #15c014-1
 class TrainerImpl:
     "The trainer: policy, frozen reference, Adam; `step` = `rl_step` + a delta of the new weights."
+
     def __init__(self, cfg: Config, model_cfg: dict, init_state: dict, resume: dict | None = None, threads: int = 1):
-        torch.set_num_threads(threads); torch.manual_seed(cfg.rl.seed)
+        torch.set_num_threads(threads)
+        torch.manual_seed(cfg.rl.seed)
         from composer2.model.checkpoint import pick_device
+
         self.cfg, self.dev = cfg, pick_device(cfg.train.device)
         self.model = build_policy(model_cfg, init_state, cfg).to(self.dev)
         # the initial policy: the KL term's reference when rl.kl_coef > 0, else only the kl_init diagnostic's (on metric_rows segments)
         self.ref = build_policy(model_cfg, init_state, cfg).to(self.dev).requires_grad_(False)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.rl.lr)
         if resume is not None:
-            self.model.load_state_dict(resume["model"]); self.opt.load_state_dict(resume["opt"])
+            self.model.load_state_dict(resume["model"])
+            self.opt.load_state_dict(resume["opt"])
         self.published = publishable(self.model.state_dict())
         self.busy_s = 0.0
 
@@ -54,13 +61,24 @@ class TrainerImpl:
         "Train on `groups` as step `step`; return (metrics, delta making version step + 1)."
         t0 = time.perf_counter()
         k = self.cfg.rl.max_staleness if self.cfg.rl.mode == "async" else 0
-        m = rl_step(self.model, self.opt, groups, self.cfg.rl, self.ref, grad_clip=self.cfg.train.grad_clip,
-                    norm_tokens=rl_context(self.cfg), version=step)
+        m = rl_step(
+            self.model,
+            self.opt,
+            groups,
+            self.cfg.rl,
+            self.ref,
+            grad_clip=self.cfg.train.grad_clip,
+            norm_tokens=rl_context(self.cfg),
+            version=step,
+        )
         t1 = time.perf_counter()
         new = publishable(self.model.state_dict())
         delta = make_delta(self.published, new)
-        m.update(delta_stats(self.published, new, delta), publish_s=time.perf_counter() - t1,
-                 staleness=staleness_histogram(groups, step, k))
+        m.update(
+            delta_stats(self.published, new, delta),
+            publish_s=time.perf_counter() - t1,
+            staleness=staleness_histogram(groups, step, k),
+        )
         self.published = new
         self.busy_s += time.perf_counter() - t0
         return m, delta
@@ -68,10 +86,14 @@ class TrainerImpl:
     def weights(self) -> dict:
         "The latest published weights (CPU)."
         return self.published
+
     def checkpoint(self) -> dict:
         "Policy and Adam state, on the CPU."
-        cpu = lambda o: o.cpu() if isinstance(o, torch.Tensor) else {k: cpu(v) for k, v in o.items()} if isinstance(o, dict) else o
+        cpu = lambda o: (
+            o.cpu() if isinstance(o, torch.Tensor) else {k: cpu(v) for k, v in o.items()} if isinstance(o, dict) else o
+        )
         return dict(model=cpu(self.model.state_dict()), opt=cpu(self.opt.state_dict()))
+
     def busy(self) -> float:
         "Seconds spent in `step` so far."
         return self.busy_s
@@ -81,15 +103,20 @@ class RolloutWorkerImpl:
     """A rollout worker: an engine and a `composer2.rl.rollout.Rollouts` (one decode loop, sandboxes, tools, tasks, rewards).
     `run` starts a group for every prompt the reconciler hands out, so several groups are in flight at once and share
     the batch; `evaluate` runs a held-out evaluation of given weights through the same kind of loop."""
-    def __init__(self, cfg: Config, worker_id: int, model_cfg: dict, published: dict, version: int, tasks: list,
-                 threads: int = 1):
+
+    def __init__(
+        self, cfg: Config, worker_id: int, model_cfg: dict, published: dict, version: int, tasks: list, threads: int = 1
+    ):
         from composer2.data.corpus import open_data
         from composer2.model.checkpoint import pick_device
+
         torch.set_num_threads(threads)
         self.cfg, self.id = cfg, worker_id
         self.data = open_data(cfg)
         self.tasks = {t.id: t for t in tasks}
-        policy = build_policy(model_cfg, published, cfg).to(pick_device(cfg.train.device), getattr(torch, cfg.rl.sampler_dtype))
+        policy = build_policy(model_cfg, published, cfg).to(
+            pick_device(cfg.train.device), getattr(torch, cfg.rl.sampler_dtype)
+        )
         self.engine = Engine(policy, version=version)
         self.rx = WeightReceiver(self.engine, published, version)
         # groups and evaluations sample from streams named by the prompt (`Rollouts.group`, `Rollouts.evaluate`), not by
@@ -101,19 +128,31 @@ class RolloutWorkerImpl:
     def push_weights(self, delta: dict, version: int) -> int:
         "Receive the delta making `version` (applied in flight); returns the newest version held."
         return self.rx.push(delta, version)
+
     def set_weights(self, published: dict, version: int):
         "Replace the weights with full `published` tensors of `version`."
         self.rx.set_full(published, version)
+
     def stop(self):
         "End `run` after the groups in progress."
         self._stop.set()
+
     def stats(self) -> dict:
         """Cumulative counters: seconds the decode loop was busy, tokens sampled and fed, groups, episodes, failed episodes,
         final workspaces the judge cache answered (`judge_hits`) and those judged (`judge_misses`)."""
         ro, st = self.rollouts, self.rollouts.server.stats
-        return dict(busy_s=st["busy_s"], sampled_tokens=st["sampled"], fed_tokens=st["fed"], groups=self.groups,
-                    episodes=ro.episodes, errors=ro.errors, decode_rows=st["decode_rows"] / max(st["decode_steps"], 1),
-                    judge_hits=ro.judge_cache.hits, judge_misses=ro.judge_cache.misses, version=self.rx.version)
+        return dict(
+            busy_s=st["busy_s"],
+            sampled_tokens=st["sampled"],
+            fed_tokens=st["fed"],
+            groups=self.groups,
+            episodes=ro.episodes,
+            errors=ro.errors,
+            decode_rows=st["decode_rows"] / max(st["decode_steps"], 1),
+            judge_hits=ro.judge_cache.hits,
+            judge_misses=ro.judge_cache.misses,
+            version=self.rx.version,
+        )
 
     def rollout_group(self, task, n: int, version: int) -> Group:
         "`n` episodes of `task`, run concurrently with every other episode in flight; a `Group` tagged with `version`."
@@ -124,18 +163,28 @@ class RolloutWorkerImpl:
     def run(self, reconciler) -> dict:
         "Take prompts and hand finished groups back until `stop`, each group in a thread of its own; `reconciler` is a Ray actor handle."
         import ray
+
         threads, errors = [], []
+
         def one(pid, version):
-            try: ray.get(reconciler.finish.remote(self.rollout_group(self.tasks[pid], self.cfg.rl.group_size, version)))
-            except BaseException as e: errors.append(e)
+            try:
+                ray.get(reconciler.finish.remote(self.rollout_group(self.tasks[pid], self.cfg.rl.group_size, version)))
+            except BaseException as e:
+                errors.append(e)
+
         while not self._stop.is_set() and not errors:
             version = self.rx.version
             pid = ray.get(reconciler.take.remote(version, self.id))
-            if pid is None: self._stop.wait(POLL_S); continue
-            threads.append(threading.Thread(target=one, args=(pid, version), daemon=True)); threads[-1].start()
+            if pid is None:
+                self._stop.wait(POLL_S)
+                continue
+            threads.append(threading.Thread(target=one, args=(pid, version), daemon=True))
+            threads[-1].start()
             threads = [t for t in threads if t.is_alive()]
-        for t in threads: t.join()
-        if errors: raise errors[0]
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
         return self.stats()
 
     def evaluate(self, published: dict, version: int, task_ids: list[str], k: int) -> tuple[list[dict], float]:
@@ -143,4 +192,6 @@ class RolloutWorkerImpl:
         evaluation gives the same episodes on any worker); per-task results and the seconds it took."""
         t0 = time.perf_counter()
         self.rx.set_full(published, version)
-        return self.rollouts.evaluate([self.tasks[t] for t in task_ids], k, seed=self.cfg.rl.eval_seed), time.perf_counter() - t0
+        return self.rollouts.evaluate(
+            [self.tasks[t] for t in task_ids], k, seed=self.cfg.rl.eval_seed
+        ), time.perf_counter() - t0

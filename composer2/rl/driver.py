@@ -29,8 +29,10 @@ def prompt_pool(cfg: Config, train_ids: list[str]) -> list[str]:
     "The run's single epoch: `steps x prompts_per_step` train task ids in a seeded order."
     n = cfg.rl.steps * cfg.rl.prompts_per_step
     if n > len(train_ids):
-        raise C2Error(f"rl.steps x rl.prompts_per_step = {n} prompts, but the train split has {len(train_ids)} "
-                      f"(tasks.n_train): each prompt is trained at most once, so raise tasks.n_train or lower rl.steps")
+        raise C2Error(
+            f"rl.steps x rl.prompts_per_step = {n} prompts, but the train split has {len(train_ids)} "
+            f"(tasks.n_train): each prompt is trained at most once, so raise tasks.n_train or lower rl.steps"
+        )
     ids = sorted(train_ids)
     random.Random(cfg.rl.seed).shuffle(ids)
     return ids[:n]
@@ -39,12 +41,14 @@ def prompt_pool(cfg: Config, train_ids: list[str]) -> list[str]:
 def sft_checkpoint(cfg: Config) -> Path:
     "The SFT stage's weights that `rl.init=sft` starts from."
     from composer2.runs import stage_dir
+
     return stage_dir(cfg, "sft") / "final.pt"
 
 # %% ../../nbs/85_driver.ipynb #15c028-3
 def initial_weights(cfg: Config, data) -> tuple[dict, dict, str]:
     "(model config, published weights, where they came from) for `rl.init`."
     from composer2.model.checkpoint import build_model, load_checkpoint
+
     init = cfg.rl.init
     if init in ("", "scratch"):
         torch.manual_seed(cfg.rl.seed)
@@ -53,11 +57,15 @@ def initial_weights(cfg: Config, data) -> tuple[dict, dict, str]:
     path = sft_checkpoint(cfg) if init == "sft" else Path(init)
     if init == "sft" and not path.is_file():
         s, lv = cfg.scale, cfg.pretrain.mtp_from
-        raise C2Error(f"rl.init=sft needs the SFT checkpoint {path}: build it with `c2 pretrain --scale {s} --stage X` for X in "
-                      f"base, 'cpt --level {lv}', mtp, long, sft (or rl.init=scratch to start from a fresh model)")
+        raise C2Error(
+            f"rl.init=sft needs the SFT checkpoint {path}: build it with `c2 pretrain --scale {s} --stage X` for X in "
+            f"base, 'cpt --level {lv}', mtp, long, sft (or rl.init=scratch to start from a fresh model)"
+        )
     m, ck = load_checkpoint(path)
     if ck.get("data_key") and ck["data_key"] != data.manifest["key"]:
-        raise C2Error(f"{path} was trained on data {ck['data_key']} but the data dir is {data.manifest['key']}: use the same data settings")
+        raise C2Error(
+            f"{path} was trained on data {ck['data_key']} but the data dir is {data.manifest['key']}: use the same data settings"
+        )
     return dataclasses.asdict(m.cfg), publishable(m.state_dict()), str(path)
 
 # %% ../../nbs/85_driver.ipynb #15c028-4
@@ -71,30 +79,39 @@ def save_rl_checkpoint(path: Path, ck: dict):
 # %% ../../nbs/85_driver.ipynb #15c028-6
 def load_rl_checkpoint(path: Path) -> dict | None:
     "The RL checkpoint at `path`, None if there is none; an unreadable or incomplete one is a one-line error."
-    if not path.exists(): return None
+    if not path.exists():
+        return None
     ck = read_torch(path, "RL checkpoint", "delete it to restart the run")
     missing = [k for k in RL_CHECKPOINT_KEYS if not isinstance(ck, dict) or k not in ck]
-    if missing: raise C2Error(f"{path} is not a complete RL checkpoint (no {', '.join(missing)}): delete it to restart the run")
+    if missing:
+        raise C2Error(f"{path} is not a complete RL checkpoint (no {', '.join(missing)}): delete it to restart the run")
     return ck
 
 # %% ../../nbs/85_driver.ipynb #15c028-7
-def _warn(msg: str): print(f"c2: warning: {msg}", file=sys.stderr)
+def _warn(msg: str):
+    print(f"c2: warning: {msg}", file=sys.stderr)
 
 # %% ../../nbs/85_driver.ipynb #15c028-8
 def _cut_jsonl(path: Path, before_step: int):
     "Keep the records of a jsonl file whose step is < before_step (a torn last line dropped with a warning; rewritten atomically)."
-    if not path.exists(): return
+    if not path.exists():
+        return
     atomic_write(path, "".join(json.dumps(x) + "\n" for x in read_jsonl(path, _warn) if x["step"] < before_step))
 
 # %% ../../nbs/85_driver.ipynb #15c028-9
 def _cut_csv(path: Path, before_step: int):
     "Keep the rows of a metrics csv whose step is < before_step (a torn last row dropped with a warning; rewritten atomically)."
-    if not path.exists(): return
+    if not path.exists():
+        return
     rows = list(csv.reader(path.open(newline="")))
-    if not rows: return
+    if not rows:
+        return
     whole = lambda r: len(r) == len(rows[0]) and r[0].isdigit()
-    if len(rows) > 1 and not whole(rows[-1]): _warn(f"{path}: dropped a torn last row: its writer was interrupted"); rows.pop()
-    buf = io.StringIO(); csv.writer(buf).writerows([rows[0]] + [r for r in rows[1:] if whole(r) and int(r[0]) < before_step])
+    if len(rows) > 1 and not whole(rows[-1]):
+        _warn(f"{path}: dropped a torn last row: its writer was interrupted")
+        rows.pop()
+    buf = io.StringIO()
+    csv.writer(buf).writerows([rows[0]] + [r for r in rows[1:] if whole(r) and int(r[0]) < before_step])
     atomic_write(path, buf.getvalue())
 
 # %% ../../nbs/85_driver.ipynb #15c028-10
@@ -106,8 +123,10 @@ def read_ledger(run: Path) -> list[dict]:
 def read_metrics(run: Path | str, name: str = "metrics.csv") -> list[dict]:
     "The rows of a run's `name` (metrics.csv: one per step; eval.csv: one per evaluation) as floats (empty cells left out); [] before the first."
     path = Path(run) / name
-    if not path.exists(): return []
-    with open(path, newline="") as f: return [{k: float(v) for k, v in r.items() if v != ""} for r in csv.DictReader(f)]
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return [{k: float(v) for k, v in r.items() if v != ""} for r in csv.DictReader(f)]
 
 # %% ../../nbs/85_driver.ipynb #15c029-s
 def metrics_summary(rows: list[dict], max_staleness: int, warmup: int = 1) -> dict:
@@ -115,100 +134,160 @@ def metrics_summary(rows: list[dict], max_staleness: int, warmup: int = 1) -> di
     the timed span: the first `warmup` steps, which pay for start-up, are left out when there are more. Rates are
     totals over that span (not means of per-step rates); the on-policy mismatch averages the steps that had on-policy
     tokens (the others log NaN); the staleness histogram counts trained tokens by policy lag 0..max_staleness, then older."""
-    if not rows: return {}
+    if not rows:
+        return {}
     nan = float("nan")
     timed = rows[warmup:] or rows
+
     def mean(k):
         v = [r[k] for r in timed if k in r]
         return float(np.mean(v)) if v else nan
+
     def known(k):
         v = [r[k] for r in rows if not math.isnan(r.get(k, nan))]
         return float(np.mean(v)) if v else nan
+
     secs = sum(r["step_s"] for r in timed) or nan
     rate = lambda k: sum(r.get(k, 0.0) * r["step_s"] for r in timed) / secs
-    hist = [int(sum(r.get(f"stale_{i}", 0) for r in rows)) for i in range(max_staleness + 1)] + [int(sum(r.get("stale_older", 0) for r in rows))]
-    return dict(steps_logged=len(rows), step_s=mean("step_s"), wait_s=mean("wait_s"),
-                rollout_tokens_per_s=rate("rollout_tokens_per_s"),
-                train_tokens_per_s=sum(r["train_tokens"] for r in timed) / (sum(r["train_seconds"] for r in timed) or nan),
-                busy_trainer=rate("busy_trainer"), busy_worker=rate("busy_worker0"), requeued=int(rows[-1].get("requeued", 0)),
-                staleness_hist=hist, max_staleness=int(max(r.get("max_staleness", 0) for r in rows)),
-                **{f"mismatch_{t}_{s}": mean(f"mismatch_{t}_{s}") for t in ("replay", "noreplay") for s in ("mean", "p99", "kl")},
-                **{f"mismatch_{t}_onpolicy_{s}": known(f"mismatch_{t}_onpolicy_{s}") for t in ("replay", "noreplay") for s in ("mean", "p99", "kl")},
-                fallback_rate=mean("replay_fallback_rate"), delta_ratio=mean("delta_ratio"), delta_bytes=mean("delta_bytes"),
-                full_bytes=mean("full_bytes"), bf16_unchanged=mean("bf16_unchanged"),
-                reward_first=rows[0].get("reward"), reward_last=rows[-1].get("reward"), episode_errors=rows[-1].get("episode_errors", 0))
+    hist = [int(sum(r.get(f"stale_{i}", 0) for r in rows)) for i in range(max_staleness + 1)] + [
+        int(sum(r.get("stale_older", 0) for r in rows))
+    ]
+    return dict(
+        steps_logged=len(rows),
+        step_s=mean("step_s"),
+        wait_s=mean("wait_s"),
+        rollout_tokens_per_s=rate("rollout_tokens_per_s"),
+        train_tokens_per_s=sum(r["train_tokens"] for r in timed) / (sum(r["train_seconds"] for r in timed) or nan),
+        busy_trainer=rate("busy_trainer"),
+        busy_worker=rate("busy_worker0"),
+        requeued=int(rows[-1].get("requeued", 0)),
+        staleness_hist=hist,
+        max_staleness=int(max(r.get("max_staleness", 0) for r in rows)),
+        **{
+            f"mismatch_{t}_{s}": mean(f"mismatch_{t}_{s}")
+            for t in ("replay", "noreplay")
+            for s in ("mean", "p99", "kl")
+        },
+        **{
+            f"mismatch_{t}_onpolicy_{s}": known(f"mismatch_{t}_onpolicy_{s}")
+            for t in ("replay", "noreplay")
+            for s in ("mean", "p99", "kl")
+        },
+        fallback_rate=mean("replay_fallback_rate"),
+        delta_ratio=mean("delta_ratio"),
+        delta_bytes=mean("delta_bytes"),
+        full_bytes=mean("full_bytes"),
+        bf16_unchanged=mean("bf16_unchanged"),
+        reward_first=rows[0].get("reward"),
+        reward_last=rows[-1].get("reward"),
+        episode_errors=rows[-1].get("episode_errors", 0),
+    )
 
 # %% ../../nbs/85_driver.ipynb #15c031
 def summarize_eval(results: list[dict], k: int) -> dict:
     "pass@1, best-of-K for K = 1, 2, 4, ... k, mean reward, turns and summaries of `RolloutWorkerImpl.evaluate` results."
     curve = best_of_k_curve([r["solved"] for r in results], None)
     mean = lambda key: float(np.mean([x for r in results for x in r[key]])) if results else float("nan")
-    return dict(pass_at_1=curve[1], **{f"best_of_{kk}": v for kk, v in curve.items()}, reward=mean("rewards"),
-                turns=mean("turns"), summaries=mean("summaries"), n_tasks=len(results), k=k)
+    return dict(
+        pass_at_1=curve[1],
+        **{f"best_of_{kk}": v for kk, v in curve.items()},
+        reward=mean("rewards"),
+        turns=mean("turns"),
+        summaries=mean("summaries"),
+        n_tasks=len(results),
+        k=k,
+    )
 
 # %% ../../nbs/85_driver.ipynb #15c031-1
 class _Log:
     "metrics.csv (header fixed by the first row written, or by the existing file) and TensorBoard (`tb_dir`)."
+
     def __init__(self, path: Path, tb_dir: Path | None):
         self.path, self.fields = path, None
         if path.exists() and path.stat().st_size:
             self.fields = next(csv.reader(path.open()))
         self.tb = None
         if tb_dir is not None:
-            from torch.utils.tensorboard import SummaryWriter   # imported here: it loads TensorFlow's protobufs
+            from torch.utils.tensorboard import SummaryWriter  # imported here: it loads TensorFlow's protobufs
+
             self.tb = SummaryWriter(str(tb_dir))
 
     def write(self, row: dict, prefix: str = "train"):
         "Append one row (and its numbers to TensorBoard under `prefix/`)."
         new = self.fields is None
-        if new: self.fields = list(row)
+        if new:
+            self.fields = list(row)
         with self.path.open("a", newline="") as f:
             w = csv.DictWriter(f, self.fields, extrasaction="ignore", restval="")
-            if new: w.writeheader()
-            w.writerow({k: (float(f"{v:.7g}") if isinstance(v, float) else v) for k, v in row.items()})   # significant digits: mismatches are ~1e-7
+            if new:
+                w.writeheader()
+            w.writerow(
+                {k: (float(f"{v:.7g}") if isinstance(v, float) else v) for k, v in row.items()}
+            )  # significant digits: mismatches are ~1e-7
         if self.tb is not None:
             for k, v in row.items():
-                if isinstance(v, (int, float)) and k != "step": self.tb.add_scalar(f"{prefix}/{k}", v, row["step"])
+                if isinstance(v, (int, float)) and k != "step":
+                    self.tb.add_scalar(f"{prefix}/{k}", v, row["step"])
             self.tb.flush()
 
 # %% ../../nbs/85_driver.ipynb #15c031-2
 def _ray_get(ref):
     "ray.get, with a user mistake raised inside an actor re-raised as its one-line `C2Error`."
     import ray
-    try: return ray.get(ref)
+
+    try:
+        return ray.get(ref)
     except ray.exceptions.RayTaskError as e:
-        if isinstance(getattr(e, "cause", None), C2Error): raise e.cause from None
+        if isinstance(getattr(e, "cause", None), C2Error):
+            raise e.cause from None
         raise
 
 # %% ../../nbs/85_driver.ipynb #15c031-3
 def _ray_init(cfg: Config) -> bool:
     "Connect to `rl.address` or start a local Ray; True when we started it (and must shut it down)."
     import logging, ray
-    if ray.is_initialized(): return False
-    logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)   # no "install ipywidgets" note in a notebook
+
+    if ray.is_initialized():
+        return False
+    logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)  # no "install ipywidgets" note in a notebook
     kw = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     # on a loaded machine the raylet's agents can take longer than its default 30 s to come up
     os.environ.setdefault("RAY_raylet_start_wait_time_s", "120")
-    if cfg.rl.address and "RAY_AUTH_MODE" not in os.environ and (
-            os.environ.get("RAY_AUTH_TOKEN") or (Path.home() / ".ray" / "auth_token").is_file()):
+    if (
+        cfg.rl.address
+        and "RAY_AUTH_MODE" not in os.environ
+        and (os.environ.get("RAY_AUTH_TOKEN") or (Path.home() / ".ray" / "auth_token").is_file())
+    ):
         # a cluster started by `ray start` uses token auth when a token exists; Ray 2.60's ray.init(address=HOST:PORT)
         # does not turn it on by itself, so the connection would be refused
         os.environ["RAY_AUTH_MODE"] = "token"
         try:
             from ray._raylet import Config as _RayConfig
-            _RayConfig.initialize("")   # Ray read its config when imported: make it see the mode now
-        except Exception: pass
+
+            _RayConfig.initialize("")  # Ray read its config when imported: make it see the mode now
+        except Exception:
+            pass
     where = f"the Ray cluster at {cfg.rl.address}" if cfg.rl.address else "a local Ray instance"
-    for attempt in range(3):   # a local start gives up after 30 s when the machine is overloaded: try again
+    for attempt in range(3):  # a local start gives up after 30 s when the machine is overloaded: try again
         try:
-            if cfg.rl.address: ray.init(address=cfg.rl.address, **kw)
-            else: ray.init(address="local", num_cpus=cfg.rl.num_cpus, **kw)   # a new instance, even if `ray start` left one
+            if cfg.rl.address:
+                ray.init(address=cfg.rl.address, **kw)
+            else:
+                ray.init(
+                    address="local", num_cpus=cfg.rl.num_cpus, **kw
+                )  # a new instance, even if `ray start` left one
             return True
         except Exception as e:
             ray.shutdown()
             if cfg.rl.address or attempt == 2 or "timed out during startup" not in str(e):
-                busy = "" if cfg.rl.address else (" (on a busy machine Ray's dashboard agent can miss the raylet's fixed 15 s start "
-                                                  "window: run fewer Ray jobs at once)")
+                busy = (
+                    ""
+                    if cfg.rl.address
+                    else (
+                        " (on a busy machine Ray's dashboard agent can miss the raylet's fixed 15 s start "
+                        "window: run fewer Ray jobs at once)"
+                    )
+                )
                 raise C2Error(f"cannot start or reach {where}: {str(e).splitlines()[0][:200]}{busy}") from None
 
 # %% ../../nbs/85_driver.ipynb #15c031-4
@@ -217,6 +296,7 @@ def _prepare_run(cfg: Config, out: Path) -> dict:
     resume (its step `start`); writes config.yaml and cuts the logs back to `start` (a `C2Error` for another run's checkpoint)."""
     from composer2.data.corpus import open_data
     from composer2.tasks.suites import load_suite
+
     data = open_data(cfg)
     train, evals = load_suite(cfg, "train"), load_suite(cfg, "eval")
     pool = prompt_pool(cfg, [t.id for t in train])
@@ -225,39 +305,62 @@ def _prepare_run(cfg: Config, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     ck = load_rl_checkpoint(out / "checkpoint.pt")
     if ck is not None and ck["pool"] != pool:
-        raise C2Error(f"{out / 'checkpoint.pt'} belongs to a run with another prompt pool (other config): set rl.name or delete {out}")
+        raise C2Error(
+            f"{out / 'checkpoint.pt'} belongs to a run with another prompt pool (other config): set rl.name or delete {out}"
+        )
     start = ck["version"] if ck else 0
     atomic_write(out / "config.yaml", to_yaml(cfg))
-    for f in ["ledger.jsonl", "eval.jsonl"]: _cut_jsonl(out / f, start)
-    for f in ["metrics.csv", "eval.csv"]: _cut_csv(out / f, start)
-    return dict(data=data, pool=pool, pool_tasks=[t for t in train if t.id in in_pool], eval_tasks=evals[: cfg.rl.eval_prompts or len(evals)],
-                model_cfg=model_cfg, init_state=init_state, source=source, ck=ck, start=start)
+    for f in ["ledger.jsonl", "eval.jsonl"]:
+        _cut_jsonl(out / f, start)
+    for f in ["metrics.csv", "eval.csv"]:
+        _cut_csv(out / f, start)
+    return dict(
+        data=data,
+        pool=pool,
+        pool_tasks=[t for t in train if t.id in in_pool],
+        eval_tasks=evals[: cfg.rl.eval_prompts or len(evals)],
+        model_cfg=model_cfg,
+        init_state=init_state,
+        source=source,
+        ck=ck,
+        start=start,
+    )
 
 # %% ../../nbs/85_driver.ipynb #15c031-5
 def _start_actors(cfg: Config, run: dict) -> tuple:
     """The Ray actors of a run: (reconciler, trainer, rollout workers, evaluator), restored from `run['ck']` when resuming;
     on a GPU machine they share the GPU(s) Ray sees. A `C2Error` when Ray has too few CPUs."""
     import ray
+
     r, ck, start = cfg.rl, run["ck"], run["start"]
     cpus = ray.cluster_resources().get("CPU", 0)
     if cpus < 1 + r.rollout_workers:
-        raise C2Error(f"Ray has {cpus:g} CPUs but the trainer and {r.rollout_workers} rollout worker(s) need one each: "
-                      f"raise rl.num_cpus or lower rl.rollout_workers")
+        raise C2Error(
+            f"Ray has {cpus:g} CPUs but the trainer and {r.rollout_workers} rollout worker(s) need one each: "
+            f"raise rl.num_cpus or lower rl.rollout_workers"
+        )
     k = r.max_staleness if r.mode == "async" else 0
     buckets = {t.id: str(t.meta.get("kind", "")) for t in run["pool_tasks"]}
-    rec = ray.remote(num_cpus=0)(Reconciler).remote(run["pool"], r.prompts_per_step, k, r.seed, r.difficulty_upsampling, buckets)
-    if ck: ray.get(rec.load_state_dict.remote(ck["reconciler"]))
+    rec = ray.remote(num_cpus=0)(Reconciler).remote(
+        run["pool"], r.prompts_per_step, k, r.seed, r.difficulty_upsampling, buckets
+    )
+    if ck:
+        ray.get(rec.load_state_dict.remote(ck["reconciler"]))
     gpus = ray.cluster_resources().get("GPU", 0) if cfg.train.device != "cpu" else 0
     g_tr, g_w, g_ev = (0.5, 0.4 / r.rollout_workers, 0.1) if gpus else (0, 0, 0)
-    trainer = ray.remote(num_cpus=1, num_gpus=g_tr)(TrainerImpl).remote(cfg, run["model_cfg"], run["init_state"],
-                                                                      dict(model=ck["model"], opt=ck["opt"]) if ck else None)
+    trainer = ray.remote(num_cpus=1, num_gpus=g_tr)(TrainerImpl).remote(
+        cfg, run["model_cfg"], run["init_state"], dict(model=ck["model"], opt=ck["opt"]) if ck else None
+    )
     weights = trainer.weights.remote()
     Worker = ray.remote(num_cpus=1, num_gpus=g_w, max_concurrency=4)(RolloutWorkerImpl)
     # the workers hold the held-out tasks too: once training ends they take a share of the final evaluation
-    workers = [Worker.remote(cfg, i, run["model_cfg"], weights, start, run["pool_tasks"] + run["eval_tasks"])
-               for i in range(r.rollout_workers)]
-    evaluator = ray.remote(num_cpus=0, num_gpus=g_ev)(RolloutWorkerImpl).remote(cfg, -1, run["model_cfg"], weights, start,
-                                                                               run["eval_tasks"])
+    workers = [
+        Worker.remote(cfg, i, run["model_cfg"], weights, start, run["pool_tasks"] + run["eval_tasks"])
+        for i in range(r.rollout_workers)
+    ]
+    evaluator = ray.remote(num_cpus=0, num_gpus=g_ev)(RolloutWorkerImpl).remote(
+        cfg, -1, run["model_cfg"], weights, start, run["eval_tasks"]
+    )
     return rec, trainer, workers, evaluator
 
 # %% ../../nbs/85_driver.ipynb #15c031-6
@@ -267,6 +370,7 @@ class _Evals:
     evaluation submitted with `helpers` (the rollout workers, idle once training has ended) is split into contiguous
     shares of the tasks, one per actor, run side by side: every episode samples from its own stream
     (`Rollouts.evaluate`), so the split changes the wall time, not the episodes."""
+
     def __init__(self, evaluator, out: Path, task_ids: list[str], k: int):
         self.evaluator, self.out, self.ids, self.k = evaluator, out, task_ids, k
         self.log, self.pending, self.done = _Log(out / "eval.csv", out / "tb"), [], []
@@ -280,20 +384,33 @@ class _Evals:
         "Evaluate `weights` (an object ref) as of `step`, on the evaluator and any `helpers` (actors with the same `evaluate`)."
         actors = [self.evaluator, *helpers]
         cuts = np.linspace(0, len(self.ids), len(actors) + 1).round().astype(int)
-        self.pending.append((step, [a.evaluate.remote(weights, step, self.ids[i:j], self.k)
-                                    for a, i, j in zip(actors, cuts[:-1], cuts[1:]) if j > i]))
+        self.pending.append(
+            (
+                step,
+                [
+                    a.evaluate.remote(weights, step, self.ids[i:j], self.k)
+                    for a, i, j in zip(actors, cuts[:-1], cuts[1:])
+                    if j > i
+                ],
+            )
+        )
 
     def collect(self, wait: bool = False):
         "Write every finished evaluation, in order (with `wait`: all of them); its seconds are its slowest share's."
         import ray
-        while self.pending and (wait or len(ray.wait(self.pending[0][1], num_returns=len(self.pending[0][1]), timeout=0)[0])
-                                == len(self.pending[0][1])):
+
+        while self.pending and (
+            wait
+            or len(ray.wait(self.pending[0][1], num_returns=len(self.pending[0][1]), timeout=0)[0])
+            == len(self.pending[0][1])
+        ):
             step, refs = self.pending.pop(0)
             shares = [_ray_get(ref) for ref in refs]
             res, secs = [t for part, _ in shares for t in part], max(s for _, s in shares)
             row = dict(step=step, **summarize_eval(res, self.k), seconds=secs, errors=sum(x["errors"] for x in res))
             self.log.write(row, "eval")
-            with (self.out / "eval.jsonl").open("a") as f: f.write(json.dumps(dict(step=step, tasks=res)) + "\n")
+            with (self.out / "eval.jsonl").open("a") as f:
+                f.write(json.dumps(dict(step=step, tasks=res)) + "\n")
             self.done.append(row)
 
 # %% ../../nbs/85_driver.ipynb #15c031-7
@@ -303,11 +420,24 @@ def _ledger_lines(step: int, groups: list) -> str:
     out = []
     for g in groups:
         vs = [v for ro in g.rollouts for v in ro.versions]
-        out.append(json.dumps(dict(step=step, prompt_id=g.prompt_id, start_version=g.start_version,
-                                   min_version=min(vs, default=g.start_version), max_version=max(vs, default=g.start_version),
-                                   worker=g.worker, rewards=[ro.reward for ro in g.rollouts],
-                                   solved=[ro.solved for ro in g.rollouts], turns=[ro.turns for ro in g.rollouts],
-                                   sampled=[ro.n_sampled for ro in g.rollouts], truncated=[ro.truncated for ro in g.rollouts])) + "\n")
+        out.append(
+            json.dumps(
+                dict(
+                    step=step,
+                    prompt_id=g.prompt_id,
+                    start_version=g.start_version,
+                    min_version=min(vs, default=g.start_version),
+                    max_version=max(vs, default=g.start_version),
+                    worker=g.worker,
+                    rewards=[ro.reward for ro in g.rollouts],
+                    solved=[ro.solved for ro in g.rollouts],
+                    turns=[ro.turns for ro in g.rollouts],
+                    sampled=[ro.n_sampled for ro in g.rollouts],
+                    truncated=[ro.truncated for ro in g.rollouts],
+                )
+            )
+            + "\n"
+        )
     return "".join(out)
 
 # %% ../../nbs/85_driver.ipynb #15c031-8
@@ -317,15 +447,27 @@ def _step_row(step: int, groups: list, m: dict, timing: dict, stats: list[dict],
     their cumulative `stats` against those of the previous step, `prev`."""
     ros = [ro for g in groups for ro in g.rollouts]
     dt = timing["step_s"]
-    row = dict(step=step, version=step + 1, wall_s=timing["wall_s"], step_s=dt, wait_s=timing["wait_s"],
-               reward=float(np.mean([ro.reward for ro in ros])), solved=float(np.mean([ro.solved for ro in ros])),
-               turns=float(np.mean([ro.turns for ro in ros])), summaries=float(np.mean([ro.n_summaries for ro in ros])),
-               truncated=float(np.mean([ro.truncated for ro in ros])))
+    row = dict(
+        step=step,
+        version=step + 1,
+        wall_s=timing["wall_s"],
+        step_s=dt,
+        wait_s=timing["wait_s"],
+        reward=float(np.mean([ro.reward for ro in ros])),
+        solved=float(np.mean([ro.solved for ro in ros])),
+        turns=float(np.mean([ro.turns for ro in ros])),
+        summaries=float(np.mean([ro.n_summaries for ro in ros])),
+        truncated=float(np.mean([ro.truncated for ro in ros])),
+    )
     for term in sorted({t for ro in ros for t in ro.terms}):
-        if term != "total": row[f"reward_{term}"] = float(np.mean([ro.terms.get(term, 0.0) for ro in ros]))
+        if term != "total":
+            row[f"reward_{term}"] = float(np.mean([ro.terms.get(term, 0.0) for ro in ros]))
     hist = m.pop("staleness")
-    row.update({f"stale_{i}": n for i, n in enumerate(hist[:-1])}, stale_older=hist[-1],
-               max_staleness=max((i for i, n in enumerate(hist) if n), default=0))
+    row.update(
+        {f"stale_{i}": n for i, n in enumerate(hist[:-1])},
+        stale_older=hist[-1],
+        max_staleness=max((i for i, n in enumerate(hist) if n), default=0),
+    )
     row.update({kk: v for kk, v in m.items() if isinstance(v, (int, float))})
     row["delta_ratio"] = m["delta_bytes"] / max(m["full_bytes"], 1)
     row["rollout_tokens_per_s"] = sum(s["sampled_tokens"] - p["sampled_tokens"] for s, p in zip(stats, prev)) / dt
@@ -336,7 +478,9 @@ def _step_row(step: int, groups: list, m: dict, timing: dict, stats: list[dict],
     row["decode_rows"] = float(np.mean([s["decode_rows"] for s in stats]))
     row["episode_errors"] = sum(s["errors"] for s in stats)
     looked = sum(s.get(k, 0) - p.get(k, 0) for s, p in zip(stats, prev) for k in ("judge_hits", "judge_misses"))
-    row["judge_reuse"] = sum(s.get("judge_hits", 0) - p.get("judge_hits", 0) for s, p in zip(stats, prev)) / max(looked, 1)
+    row["judge_reuse"] = sum(s.get("judge_hits", 0) - p.get("judge_hits", 0) for s, p in zip(stats, prev)) / max(
+        looked, 1
+    )
     return row
 
 # %% ../../nbs/85_driver.ipynb #15c032
@@ -345,73 +489,127 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
     library's now is trained again, unless `C2_REUSE_STALE=1` (`composer2.runs.open_run` records the code)."""
     import ray
     from tqdm import tqdm
+
     r, out = cfg.rl, run_dir(cfg)
     open_run(out)
-    if (out / "done.json").exists(): return {**json.loads((out / "done.json").read_text()), "skipped": True}
+    if (out / "done.json").exists():
+        return {**json.loads((out / "done.json").read_text()), "skipped": True}
     run = _prepare_run(cfg, out)
     start, pool, model_cfg = run["start"], run["pool"], run["model_cfg"]
     preempted = threading.Event()
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGUSR2): signal.signal(sig, lambda *_: preempted.set())
+        for sig in (signal.SIGTERM, signal.SIGUSR2):
+            signal.signal(sig, lambda *_: preempted.set())
     started = _ray_init(cfg)
     workers, bar = [], None
     try:
         rec, trainer, workers, evaluator = _start_actors(cfg, run)
-        log, evals = _Log(out / "metrics.csv", out / "tb"), _Evals(evaluator, out, [t.id for t in run["eval_tasks"]], r.eval_k)
-        if r.eval_at_start and start > 0 and 0 not in evals.steps_logged(): evals.submit(0, ray.put(run["init_state"]))   # stopped before it came back
-        if start % r.eval_every == 0 and start < r.steps and (start > 0 or r.eval_at_start): evals.submit(start, trainer.weights.remote())
+        log, evals = (
+            _Log(out / "metrics.csv", out / "tb"),
+            _Evals(evaluator, out, [t.id for t in run["eval_tasks"]], r.eval_k),
+        )
+        if r.eval_at_start and start > 0 and 0 not in evals.steps_logged():
+            evals.submit(0, ray.put(run["init_state"]))  # stopped before it came back
+        if start % r.eval_every == 0 and start < r.steps and (start > 0 or r.eval_at_start):
+            evals.submit(start, trainer.weights.remote())
         runs = [w.run.remote(rec) for w in workers]
         bar = tqdm(total=r.steps, initial=start, desc=f"rl {r.mode}", disable=not progress, dynamic_ncols=True)
         t_begin = t_prev = time.perf_counter()
         prev, prev_tr = [_ray_get(w.stats.remote()) for w in workers], 0.0
         for step in range(start, r.steps):
-            if step != start and step % r.eval_every == 0: evals.submit(step, trainer.weights.remote())
+            if step != start and step % r.eval_every == 0:
+                evals.submit(step, trainer.weights.remote())
             evals.collect()
             t_wait = time.perf_counter()
             while (groups := _ray_get(rec.batch.remote(step))) is None:
                 done, _ = ray.wait(runs, timeout=POLL_S)
-                if done: _ray_get(done[0]); raise RuntimeError("a rollout worker stopped unexpectedly")
+                if done:
+                    _ray_get(done[0])
+                    raise RuntimeError("a rollout worker stopped unexpectedly")
             wait_s = time.perf_counter() - t_wait
             m_ref, d_ref = trainer.step.options(num_returns=2).remote(groups, step)
             m = _ray_get(m_ref)
-            for w in workers: w.push_weights.remote(d_ref, step + 1)
+            for w in workers:
+                w.push_weights.remote(d_ref, step + 1)
             _ray_get(rec.commit.remote(step, groups))
-            with (out / "ledger.jsonl").open("a") as f: f.write(_ledger_lines(step, groups))
-            now, stats, tr_busy = time.perf_counter(), [_ray_get(w.stats.remote()) for w in workers], _ray_get(trainer.busy.remote())
+            with (out / "ledger.jsonl").open("a") as f:
+                f.write(_ledger_lines(step, groups))
+            now, stats, tr_busy = (
+                time.perf_counter(),
+                [_ray_get(w.stats.remote()) for w in workers],
+                _ray_get(trainer.busy.remote()),
+            )
             dt = max(now - t_prev, 1e-9)
-            row = _step_row(step, groups, m, dict(wall_s=now - t_begin, step_s=dt, wait_s=wait_s, busy_trainer=(tr_busy - prev_tr) / dt),
-                            stats, prev)
+            row = _step_row(
+                step,
+                groups,
+                m,
+                dict(wall_s=now - t_begin, step_s=dt, wait_s=wait_s, busy_trainer=(tr_busy - prev_tr) / dt),
+                stats,
+                prev,
+            )
             c = _ray_get(rec.counts.remote())
             row.update(requeued=c["requeued"], in_flight=c["in_flight"], ready=c["ready"])
             log.write(row)
             prev, prev_tr, t_prev = stats, tr_busy, now
             bar.update(1)
-            bar.set_postfix(reward=f"{row['reward']:.3f}", stale=row["max_staleness"], tok_s=f"{row['rollout_tokens_per_s']:.0f}",
-                            pass1=f"{evals.done[-1]['pass_at_1']:.2f}" if evals.done else "-")
+            bar.set_postfix(
+                reward=f"{row['reward']:.3f}",
+                stale=row["max_staleness"],
+                tok_s=f"{row['rollout_tokens_per_s']:.0f}",
+                pass1=f"{evals.done[-1]['pass_at_1']:.2f}" if evals.done else "-",
+            )
             if (step + 1) % r.ckpt_every == 0 or step + 1 == r.steps or preempted.is_set():
-                save_rl_checkpoint(out / "checkpoint.pt", dict(version=step + 1, pool=pool, reconciler=_ray_get(rec.state_dict.remote()),
-                                                               model_cfg=model_cfg, config=to_yaml(cfg), **_ray_get(trainer.checkpoint.remote())))
+                save_rl_checkpoint(
+                    out / "checkpoint.pt",
+                    dict(
+                        version=step + 1,
+                        pool=pool,
+                        reconciler=_ray_get(rec.state_dict.remote()),
+                        model_cfg=model_cfg,
+                        config=to_yaml(cfg),
+                        **_ray_get(trainer.checkpoint.remote()),
+                    ),
+                )
             if preempted.is_set() and step + 1 < r.steps:
-                raise Preempted(f"RL run preempted after step {step}: checkpoint saved; rerun the same command to resume")
+                raise Preempted(
+                    f"RL run preempted after step {step}: checkpoint saved; rerun the same command to resume"
+                )
         bar.close()
-        for w in workers: w.stop.remote()
-        for run_ref in runs: _ray_get(run_ref)
+        for w in workers:
+            w.stop.remote()
+        for run_ref in runs:
+            _ray_get(run_ref)
         t_final = time.perf_counter()
-        evals.submit(r.steps, trainer.weights.remote(), helpers=workers)   # the workers are idle now: they share it
+        evals.submit(r.steps, trainer.weights.remote(), helpers=workers)  # the workers are idle now: they share it
         evals.collect(wait=True)
         final_wait_s = time.perf_counter() - t_final
         from composer2.model.checkpoint import save_checkpoint
+
         policy = build_policy(model_cfg, _ray_get(trainer.weights.remote()), cfg)
         save_checkpoint(out / "final.pt", policy, cfg, step=r.steps, data_key=run["data"].manifest["key"], stage="rl")
-        done = dict(mode=r.mode, steps=r.steps, resumed_from=start, init=run["source"], prompts=len(pool),
-                    seconds=time.perf_counter() - t_begin, **metrics_summary(read_metrics(out), r.max_staleness),
-                    eval_first=evals.done[0] if evals.done else None, eval_last=evals.done[-1],
-                    eval_seconds=sum(e["seconds"] for e in evals.done), final_eval_wait_s=final_wait_s)
+        done = dict(
+            mode=r.mode,
+            steps=r.steps,
+            resumed_from=start,
+            init=run["source"],
+            prompts=len(pool),
+            seconds=time.perf_counter() - t_begin,
+            **metrics_summary(read_metrics(out), r.max_staleness),
+            eval_first=evals.done[0] if evals.done else None,
+            eval_last=evals.done[-1],
+            eval_seconds=sum(e["seconds"] for e in evals.done),
+            final_eval_wait_s=final_wait_s,
+        )
         atomic_write(out / "done.json", json.dumps(done, indent=1))
         return done
     finally:
-        if bar is not None: bar.close()
+        if bar is not None:
+            bar.close()
         for w in workers:
-            try: w.stop.remote()
-            except Exception: pass
-        if started: ray.shutdown()
+            try:
+                w.stop.remote()
+            except Exception:
+                pass
+        if started:
+            ray.shutdown()

@@ -16,6 +16,7 @@ __all__ = ['KL_ESTIMATORS', 'KL_LOG_RATIO_CLIP', 'KL_K3_MAX', 'kl_k1', 'kl_k2', 
 def _xp(x):
     if type(x).__module__.startswith("torch"):
         import torch
+
         return torch
     return np
 
@@ -27,12 +28,12 @@ def kl_k1(log_ratio):
 # %% ../../nbs/80_objectives.ipynb #11c005-2
 def kl_k2(log_ratio):
     "k2 = (log r)^2 / 2: biased, non-negative, low variance."
-    return 0.5 * log_ratio ** 2
+    return 0.5 * log_ratio**2
 
 # %% ../../nbs/80_objectives.ipynb #11c005-3
 def kl_k3(log_ratio):
     "k3 = (r - 1) - log r: unbiased and non-negative; variance explodes as p and q diverge."
-    return _xp(log_ratio).expm1(log_ratio) - log_ratio   # expm1: no cancellation when r ~ 1
+    return _xp(log_ratio).expm1(log_ratio) - log_ratio  # expm1: no cancellation when r ~ 1
 
 # %% ../../nbs/80_objectives.ipynb #11c005-4
 KL_ESTIMATORS = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
@@ -40,7 +41,8 @@ KL_ESTIMATORS = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
 # %% ../../nbs/80_objectives.ipynb #11c005-5
 def kl_estimate(logp, logq, estimator: str = "k1"):
     "Per-sample estimate of KL(q||p) from log p(x) and log q(x) of samples x ~ q."
-    if estimator not in KL_ESTIMATORS: raise ValueError(f"unknown KL estimator {estimator!r} (choose from k1, k2, k3)")
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"unknown KL estimator {estimator!r} (choose from k1, k2, k3)")
     return KL_ESTIMATORS[estimator](logp - logq)
 
 # %% ../../nbs/80_objectives.ipynb #11c009
@@ -51,10 +53,12 @@ def kl_exact_moments(logp, logq) -> dict:
     lr = logp - logq
     out = {"kl": (q * -lr).sum(-1)}
     ctx = np.errstate(over="ignore", invalid="ignore") if xp is np else contextlib.nullcontext()
-    with ctx:   # tokens q gives (almost) no mass may overflow r = p/q: they add nothing to the mean, and inf to a variance that big
+    with ctx:  # tokens q gives (almost) no mass may overflow r = p/q: they add nothing to the mean, and inf to a variance that big
         for name, f in KL_ESTIMATORS.items():
             v = f(lr)
-            qv = (p - q) - q * lr if name == "k3" else q * v     # k3: E_q[r - 1] = sum(p - q), finite even where r overflows
+            qv = (
+                (p - q) - q * lr if name == "k3" else q * v
+            )  # k3: E_q[r - 1] = sum(p - q), finite even where r overflows
             m = qv.sum(-1)
             dev = xp.where(q > 0, q * (v - m[..., None]) ** 2, xp.zeros_like(q))
             out[name] = {"mean": m, "var": dev.sum(-1)}
@@ -63,13 +67,16 @@ def kl_exact_moments(logp, logq) -> dict:
 # %% ../../nbs/80_objectives.ipynb #11c102
 KL_LOG_RATIO_CLIP, KL_K3_MAX = 20.0, 10.0
 
+
 def kl_penalty(logp, logq, estimator: str = "k1", clip: float = KL_LOG_RATIO_CLIP, k3_max: float = KL_K3_MAX):
     "`kl_estimate` made safe for a float32 loss: log p - log q clamped to [-clip, clip] first, k3 clamped to at most `k3_max` (verl's kl_penalty)."
-    if estimator not in KL_ESTIMATORS: raise ValueError(f"unknown KL estimator {estimator!r} (choose from k1, k2, k3)")
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"unknown KL estimator {estimator!r} (choose from k1, k2, k3)")
     lr = logp - logq
     lr = lr.clamp(-clip, clip) if _xp(lr) is not np else np.clip(lr, -clip, clip)
     v = KL_ESTIMATORS[estimator](lr)
-    if estimator == "k3": v = v.clamp(max=k3_max) if _xp(v) is not np else np.minimum(v, k3_max)
+    if estimator == "k3":
+        v = v.clamp(max=k3_max) if _xp(v) is not np else np.minimum(v, k3_max)
     return v
 
 # %% ../../nbs/80_objectives.ipynb #11c012
@@ -80,7 +87,7 @@ def group_advantages(rewards, std_norm: bool = False, eps: float = 1e-6) -> np.n
     a = r - r.mean(-1, keepdims=True)
     if std_norm:
         n = r.shape[-1]
-        a = a / (np.sqrt((a ** 2).sum(-1, keepdims=True) / max(n - 1, 1)) + eps)
+        a = a / (np.sqrt((a**2).sum(-1, keepdims=True) / max(n - 1, 1)) + eps)
     return a
 
 # %% ../../nbs/80_objectives.ipynb #11c105
@@ -89,13 +96,25 @@ def permute_rewards(rewards: list[list[float]], seed: int, step: int | None) -> 
     flat = [r for g in rewards for r in g]
     random.Random(f"shuffle-rewards-{seed}-{step}").shuffle(flat)
     out, i = [], 0
-    for g in rewards: out.append(flat[i:i + len(g)]); i += len(g)
+    for g in rewards:
+        out.append(flat[i : i + len(g)])
+        i += len(g)
     return out
 
 # %% ../../nbs/80_objectives.ipynb #11c015
-def pg_loss(logp: torch.Tensor, logp_sample: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, is_cap: float = 2.0,
-            length_norm: bool = False, lengths: torch.Tensor | None = None, denom: float | None = None,
-            logp_ref: torch.Tensor | None = None, kl_coef: float = 0.0, kl_estimator: str = "k1") -> dict:
+def pg_loss(
+    logp: torch.Tensor,
+    logp_sample: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    is_cap: float = 2.0,
+    length_norm: bool = False,
+    lengths: torch.Tensor | None = None,
+    denom: float | None = None,
+    logp_ref: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k1",
+) -> dict:
     """Policy-gradient loss of sequences [B, T]: `logp` (trainer, with grad) and `logp_sample` (sampler) of the sampled
     tokens, `adv` [B] per sequence, `mask` [B, T] on the tokens that count. Dr. GRPO: sum / `denom` (default B * T);
     `length_norm` (GRPO): each row divided by `lengths` [B] (default its token count), then sum / `denom` (default B).
@@ -111,12 +130,14 @@ def pg_loss(logp: torch.Tensor, logp_sample: torch.Tensor, adv: torch.Tensor, ma
         est = kl_penalty(logp_ref.to(logp.dtype), logp, kl_estimator)
         tok = tok + kl_coef * w * (est.detach() * logp + est)
         parts["kl"] = (est.detach() * m).sum() / n_tok
-    else: parts["kl"] = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    else:
+        parts["kl"] = torch.zeros((), dtype=logp.dtype, device=logp.device)
     B, T = m.shape
     if length_norm:
         scale = (m.sum(1) if lengths is None else lengths.to(m.dtype)).clamp_min(1)[:, None]
         tok, pg_tok, denom = tok / scale, pg_tok / scale, B if denom is None else denom
-    elif denom is None: denom = B * T
+    elif denom is None:
+        denom = B * T
     parts["loss"] = (tok * m).sum() / denom
     parts["pg"] = (pg_tok * m).sum() / denom
     return parts
@@ -124,7 +145,8 @@ def pg_loss(logp: torch.Tensor, logp_sample: torch.Tensor, adv: torch.Tensor, ma
 # %% ../../nbs/80_objectives.ipynb #11c023
 def best_of_k(n: int, c, k: int):
     "Unbiased best-of-k (pass@k) from n samples with c correct: 1 - C(n-c, k) / C(n, k); `c` may be an array."
-    if not 1 <= k <= n: raise ValueError(f"best_of_k: k must be in [1, n={n}], got {k}")
+    if not 1 <= k <= n:
+        raise ValueError(f"best_of_k: k must be in [1, n={n}], got {k}")
     c = np.asarray(c)
     # 1 - prod_{i=n-c+1}^{n} (1 - k/i): no huge binomials
     i = np.arange(1, n + 1, dtype=np.float64)
@@ -132,11 +154,13 @@ def best_of_k(n: int, c, k: int):
     out = np.where(n - c.reshape(-1) < k, 1.0, 1.0 - fail)
     return float(out[0]) if c.ndim == 0 else out.reshape(c.shape)
 
+
 def best_of_k_curve(correct: list[list[bool]], ks: list[int] | None = None) -> dict[int, float]:
     "Mean best-of-k over prompts, each with a list of n sample outcomes, for each k (default 1, 2, 4, ... up to n)."
     ns = {len(c) for c in correct}
-    if len(ns) != 1: raise ValueError(f"best_of_k_curve: every prompt needs the same number of samples, got {sorted(ns)}")
+    if len(ns) != 1:
+        raise ValueError(f"best_of_k_curve: every prompt needs the same number of samples, got {sorted(ns)}")
     n = ns.pop()
-    ks = ks or sorted({2 ** i for i in range(int(math.log2(n)) + 1)} | {n})
+    ks = ks or sorted({2**i for i in range(int(math.log2(n)) + 1)} | {n})
     cs = np.array([sum(map(bool, c)) for c in correct])
     return {k: float(best_of_k(n, cs, k).mean()) for k in ks}

@@ -32,7 +32,8 @@ Be complete: anything not in the summary is lost."""
 # %% ../../nbs/83_rollout.ipynb #400eb805-1
 def _special(data, name: str) -> int:
     ids = data.encode(name)
-    if len(ids) != 1: raise C2Error(f"the tokenizer has no single token for {name}: rebuild the data dir (c2 data build)")
+    if len(ids) != 1:
+        raise C2Error(f"the tokenizer has no single token for {name}: rebuild the data dir (c2 data build)")
     return ids[0]
 
 # %% ../../nbs/83_rollout.ipynb #400eb805-2
@@ -40,63 +41,92 @@ class EnginePolicy:
     """A `run_episode` policy backed by a `DecodeServer` sequence (its KV cache lives as long as the episode's current
     segment), recording training segments; summarises when the context fills. `close` frees the sequence. It samples
     from sampling stream `stream` (`composer2.model.engine.stream_key`; by default one of the server's)."""
-    def __init__(self, server: DecodeServer, data, max_seq_len: int, max_new_tokens: int, summary: str = "self",
-                 summary_trigger: float = 0.75, stream: int | None = None):
-        if summary not in ("self", "prompt", "truncate"): raise C2Error(f"rl.summary: {summary!r} is not allowed (self, prompt, truncate)")
+
+    def __init__(
+        self,
+        server: DecodeServer,
+        data,
+        max_seq_len: int,
+        max_new_tokens: int,
+        summary: str = "self",
+        summary_trigger: float = 0.75,
+        stream: int | None = None,
+    ):
+        if summary not in ("self", "prompt", "truncate"):
+            raise C2Error(f"rl.summary: {summary!r} is not allowed (self, prompt, truncate)")
         self.server, self.data, self.L, self.summary, self.trigger = server, data, max_seq_len, summary, summary_trigger
         self.max_new = max_new_tokens
         self.sid = server.open(stream)
-        self.tok = {n: _special(data, n) for n in ["<|assistant|>", "<|end_turn|>", "<|summarize|>", "<|summary|>", "<|/summary|>", "<|eos|>"]}
+        self.tok = {
+            n: _special(data, n)
+            for n in ["<|assistant|>", "<|end_turn|>", "<|summarize|>", "<|summary|>", "<|/summary|>", "<|eos|>"]
+        }
         self.segments: list[Segment] = []
         self._new_segment()
-        self._seen = 0          # transcript messages already in the context (or deliberately left out of it)
+        self._seen = 0  # transcript messages already in the context (or deliberately left out of it)
         self.turns = self.n_summaries = 0
-        self.cut = False        # a turn hit the token limit
-        self.prefill = self.summary_prefill = 0   # tokens fed to the cache: all, and those a summary cost
+        self.cut = False  # a turn hit the token limit
+        self.prefill = self.summary_prefill = 0  # tokens fed to the cache: all, and those a summary cost
         self.summaries: list[str | None] = []
         self._summary, self._cut_at = None, 0
 
     # -- the current segment
     def _new_segment(self):
         self.ids, self.mask, self.lps, self.vers, self.ex = [], [], [], [], []
-        self.fed, self._reset = 0, True       # tokens of `ids` in the server's cache; a new segment empties it
+        self.fed, self._reset = 0, True  # tokens of `ids` in the server's cache; a new segment empties it
 
     def _add_context(self, ids):
-        self.ids += ids; self.mask += [0] * len(ids); self.lps += [0.0] * len(ids); self.vers += [-1] * len(ids)
+        self.ids += ids
+        self.mask += [0] * len(ids)
+        self.lps += [0.0] * len(ids)
+        self.vers += [-1] * len(ids)
 
     def _sample(self, prompt_extra: list[int], stop: str, summary_cost: bool = False) -> tuple[Generation, list[int]]:
         """Feed `prompt_extra` after the context, generate up to `stop`; record the sampled tokens and the routing of every
         newly fed position, and count the fed tokens (as a summary's cost with `summary_cost`)."""
         self._add_context(prompt_extra)
         n_fed = len(self.ids) - self.fed
-        self.prefill += n_fed; self.summary_prefill += n_fed * summary_cost
-        g = self.server.generate(self.sid, self.ids[self.fed:], self.max_new, stop_ids=(self.tok[stop], self.tok["<|eos|>"]),
-                                 reset=self._reset)
+        self.prefill += n_fed
+        self.summary_prefill += n_fed * summary_cost
+        g = self.server.generate(
+            self.sid,
+            self.ids[self.fed :],
+            self.max_new,
+            stop_ids=(self.tok[stop], self.tok["<|eos|>"]),
+            reset=self._reset,
+        )
         self._reset = False
         ex = g.experts.cpu().numpy()
         self.ex.append(ex.astype(np.uint8 if ex.size == 0 or ex.max() < 256 else np.int16))
-        self.ids += g.tokens; self.mask += [1] * len(g.tokens); self.lps += g.logprobs; self.vers += g.versions
-        self.fed = len(self.ids) - 1          # all but the last sampled token are in the cache
+        self.ids += g.tokens
+        self.mask += [1] * len(g.tokens)
+        self.lps += g.logprobs
+        self.vers += g.versions
+        self.fed = len(self.ids) - 1  # all but the last sampled token are in the cache
         body = g.tokens[:-1] if g.tokens and g.tokens[-1] in (self.tok[stop], self.tok["<|eos|>"]) else g.tokens
-        if len(body) == len(g.tokens):                  # cut at the token limit: close it as the format does
-            self.cut = True; self._add_context([self.tok[stop]])
+        if len(body) == len(g.tokens):  # cut at the token limit: close it as the format does
+            self.cut = True
+            self._add_context([self.tok[stop]])
         return g, body
 
     def _close_segment(self):
         if any(self.mask):
-            n = sum(len(e) for e in self.ex) + 1          # up to the last fed token, plus the last sampled one (never fed)
-            self.segments.append(Segment(self.ids[:n], self.mask[:n], self.lps[:n], self.vers[:n], np.concatenate(self.ex)[: n - 1]))
+            n = sum(len(e) for e in self.ex) + 1  # up to the last fed token, plus the last sampled one (never fed)
+            self.segments.append(
+                Segment(self.ids[:n], self.mask[:n], self.lps[:n], self.vers[:n], np.concatenate(self.ex)[: n - 1])
+            )
         self._new_segment()
 
     def _render(self, messages) -> list[int]:
         from composer2.agent.protocol import Transcript
+
         return Transcript(list(messages)).render(self.data)[0]
 
     # -- the policy interface
     def act(self, transcript, toolbox) -> str:
         "The next assistant turn's text; its sampled ids, log-probs, versions and routing are recorded."
         msgs = list(transcript.messages)
-        new = self._render(msgs[self._seen:])
+        new = self._render(msgs[self._seen :])
         need = len(self.ids) + len(new) + self.max_new + 2
         summarised = bool(self.ids) and (len(self.ids) + len(new) >= self.trigger * self.L or need > self.L)
         if summarised:
@@ -106,20 +136,23 @@ class EnginePolicy:
             new = self._fit(new, self.L - self.max_new - 2)
         _, body = self._sample(new + [self.tok["<|assistant|>"]], "<|end_turn|>", summary_cost=summarised)
         self.turns += 1
-        self._seen = len(transcript.messages) + 1        # + the assistant message run_episode appends
+        self._seen = len(transcript.messages) + 1  # + the assistant message run_episode appends
         return self.data.decode(body)
 
     def _summarise(self, transcript):
         "Close the segment: the model writes a summary (self: after `<|summarize|>`; prompt: after the compaction prompt), or none (truncate)."
         from composer2.agent.protocol import Message
+
         text, self._cut_at = None, len(transcript.messages)
         if self.summary != "truncate":
             request = Message("user", "<|summarize|>" if self.summary == "self" else COMPACTION_PROMPT)
             ask = self._render([request]) + [self.tok["<|assistant|>"], self.tok["<|summary|>"]]
             msgs = list(transcript.messages)
-            extra = self._render(msgs[self._seen:]) + ask
+            extra = self._render(msgs[self._seen :]) + ask
             room = self.L - self.max_new - 1
-            if len(self.ids) + len(extra) > room:     # no room to ask here: ask in a context of the head and the newest tokens
+            if (
+                len(self.ids) + len(extra) > room
+            ):  # no room to ask here: ask in a context of the head and the newest tokens
                 self._close_segment()
                 extra = self._fit(self._render(msgs), max(room - len(ask), 16)) + ask
             _, body = self._sample(extra, "<|/summary|>", summary_cost=True)
@@ -133,20 +166,23 @@ class EnginePolicy:
     def _fresh_context(self, transcript) -> list[int]:
         "The next segment's context (`composer2.agent.protocol.resume_context` at the cut), its most recent turn trimmed to fit."
         from composer2.agent.protocol import resume_context
+
         msgs = list(transcript.messages)
         fixed, recent = resume_context(msgs, self._cut_at, self._summary)
         ids, tail = self._render(fixed), self._render(recent)
         room = self.L - self.max_new - 2
-        if len(ids) + len(tail) > room: tail = tail[len(tail) - max(room - len(ids), 0):]
+        if len(ids) + len(tail) > room:
+            tail = tail[len(tail) - max(room - len(ids), 0) :]
         self._seen = len(msgs)
         return self._fit(ids + tail, room)
 
     @staticmethod
     def _fit(ids: list[int], n: int, head: int = 64) -> list[int]:
         "At most n ids: the first `head` and the last n - head (a prompt too long for the context)."
-        if len(ids) <= n: return ids
+        if len(ids) <= n:
+            return ids
         head = min(head, n // 2)
-        return ids[:head] + ids[len(ids) - (n - head):]
+        return ids[:head] + ids[len(ids) - (n - head) :]
 
     def close(self):
         "Free the server sequence (the episode is over)."
@@ -158,9 +194,17 @@ class EnginePolicy:
         rw = episode.reward
         terms = rw.as_dict() if hasattr(rw, "as_dict") else {}
         finished = bool(getattr(episode.toolbox, "finished", False))
-        return Rollout(self.segments, reward=float(rw.total), terms=terms, solved=bool(episode.solved), turns=self.turns,
-                       n_summaries=self.n_summaries, truncated=self.cut or not finished, prefill=self.prefill,
-                       summary_prefill=self.summary_prefill)
+        return Rollout(
+            self.segments,
+            reward=float(rw.total),
+            terms=terms,
+            solved=bool(episode.solved),
+            turns=self.turns,
+            n_summaries=self.n_summaries,
+            truncated=self.cut or not finished,
+            prefill=self.prefill,
+            summary_prefill=self.summary_prefill,
+        )
 
 # %% ../../nbs/83_rollout.ipynb #571df343
 def map_abandoning(fn, items: list, workers: int, limit_s: float | None, on_abandon=None, on_progress=None) -> list:
@@ -170,32 +214,52 @@ def map_abandoning(fn, items: list, workers: int, limit_s: float | None, on_aban
     `on_progress(n)` is called from the caller's thread whenever the number of finished (or abandoned) items grows."""
     n, out, lock = len(items), [None] * len(items), threading.Lock()
     started, done, nxt = {}, set(), [0]
+
     def work():
         while True:
             with lock:
-                if nxt[0] >= n: return
-                i = nxt[0]; nxt[0] += 1; started[i] = time.monotonic()
-            try: r = fn(items[i])
-            except BaseException as e: r = e
+                if nxt[0] >= n:
+                    return
+                i = nxt[0]
+                nxt[0] += 1
+                started[i] = time.monotonic()
+            try:
+                r = fn(items[i])
+            except BaseException as e:
+                r = e
             with lock:
-                if i in done: return    # abandoned meanwhile: a replacement thread took this one's place
-                out[i] = r; done.add(i)
+                if i in done:
+                    return  # abandoned meanwhile: a replacement thread took this one's place
+                out[i] = r
+                done.add(i)
+
     spawn = lambda: threading.Thread(target=work, daemon=True).start()
-    for _ in range(max(1, min(workers, n))): spawn()
+    for _ in range(max(1, min(workers, n))):
+        spawn()
     seen = 0
     while True:
         with lock:
-            late = [i for i, t0 in started.items() if i not in done and limit_s is not None and time.monotonic() - t0 > limit_s]
-            for i in late: done.add(i)
+            late = [
+                i
+                for i, t0 in started.items()
+                if i not in done and limit_s is not None and time.monotonic() - t0 > limit_s
+            ]
+            for i in late:
+                done.add(i)
             n_done = len(done)
         for i in late:
-            if on_abandon: on_abandon(i)
+            if on_abandon:
+                on_abandon(i)
             spawn()
-        if on_progress and n_done > seen: on_progress(n_done); seen = n_done
-        if n_done == n: break
+        if on_progress and n_done > seen:
+            on_progress(n_done)
+            seen = n_done
+        if n_done == n:
+            break
         time.sleep(0.05)
     for r in out:
-        if isinstance(r, BaseException): raise r
+        if isinstance(r, BaseException):
+            raise r
     return out
 
 # %% ../../nbs/83_rollout.ipynb #571df343-1
@@ -205,7 +269,8 @@ def injected_faults() -> dict[int, str]:
     spec, out = os.environ.get("C2_FAULTS", "").strip(), {}
     for part in filter(None, spec.split(",")):
         kind, _, n = part.strip().partition("@")
-        if kind not in ("raise", "hang") or not n.isdigit(): raise C2Error(f"C2_FAULTS={spec!r}: expected e.g. raise@2,hang@5")
+        if kind not in ("raise", "hang") or not n.isdigit():
+            raise C2Error(f"C2_FAULTS={spec!r}: expected e.g. raise@2,hang@5")
         out[int(n)] = kind
     return out
 
@@ -214,6 +279,7 @@ class Rollouts:
     """Agent episodes through one `DecodeServer` of `engine` (or any `server` with its interface, e.g. a Hugging Face
     model's, `composer2.interop.hf.HFServer`): training groups (`group`) and evaluations (`evaluate`); counts tokens and errors.
     Its episodes share one `JudgeCache`: a final workspace another episode of the task left identical is not judged again."""
+
     def __init__(self, engine: Engine | None, data, cfg: Config, seed: int = 0, server=None):
         self.cfg, self.data, self.seed = cfg, data, seed
         self.server = server or DecodeServer(engine, cfg.rl.temperature, seed=seed)
@@ -230,29 +296,44 @@ class Rollouts:
     def episode(self, task, stream: int | None = None) -> Rollout | None:
         "One episode of `task` as a `Rollout`, sampled from `stream` (default: a fresh one); None if it raised (logged and counted in `errors`)."
         from composer2.agent.episode import run_episode
+
         r = self.cfg.rl
-        with self._lock: self.started += 1; fault = self.faults.get(self.started)
-        pol = EnginePolicy(self.server, self.data, rl_context(self.cfg), r.max_new_tokens, r.summary, r.summary_trigger, stream)
+        with self._lock:
+            self.started += 1
+            fault = self.faults.get(self.started)
+        pol = EnginePolicy(
+            self.server, self.data, rl_context(self.cfg), r.max_new_tokens, r.summary, r.summary_trigger, stream
+        )
         try:
-            if fault == "raise": raise RuntimeError("injected fault (C2_FAULTS)")
-            if fault == "hang": threading.Event().wait()
+            if fault == "raise":
+                raise RuntimeError("injected fault (C2_FAULTS)")
+            if fault == "hang":
+                threading.Event().wait()
             ep = run_episode(task, pol, self.cfg, sandbox_root=self.root, judge_cache=self.judge_cache)
-            if ep.stop_reason == "error": log.warning("episode of %s kept as failed: %s", task.id, ep.test_output)
+            if ep.stop_reason == "error":
+                log.warning("episode of %s kept as failed: %s", task.id, ep.test_output)
             ro = pol.rollout(ep)
         except Exception as e:
             log.warning("episode of %s failed: %s", task.id, f"{type(e).__name__}: {e}"[:300])
-            with self._lock: self.errors += 1
+            with self._lock:
+                self.errors += 1
             return None
-        finally: pol.close()
+        finally:
+            pol.close()
         with self._lock:
-            self.episodes += 1; self.sampled += ro.n_sampled; self.fed += sum(len(s.ids) for s in ro.segments)
+            self.episodes += 1
+            self.sampled += ro.n_sampled
+            self.fed += sum(len(s.ids) for s in ro.segments)
         return ro
 
     def _run(self, tasks: list, workers: int, streams: list | None = None, on_progress=None) -> list[Rollout | None]:
         "`episode` over `tasks` (with `streams`, one each), `workers` at a time; an episode still running after `abandon_s` is abandoned: None, counted in `errors`."
+
         def abandoned(i):
             log.warning("episode of %s still running after %.0f s: abandoned", tasks[i].id, self.abandon_s)
-            with self._lock: self.errors += 1
+            with self._lock:
+                self.errors += 1
+
         jobs = list(zip(tasks, streams or [None] * len(tasks)))
         return map_abandoning(lambda job: self.episode(*job), jobs, workers, self.abandon_s, abandoned, on_progress)
 
@@ -264,10 +345,18 @@ class Rollouts:
         the runs changed (common random numbers, as in `evaluate`)."""
         t0 = time.perf_counter()
         ros = self._run([task] * n, n, [stream_key("train", self.cfg.rl.seed, task.id, j) for j in range(n)])
-        return Group(task.id, [ro for ro in ros if ro is not None], start_version=version, worker=worker,
-                     seconds=time.perf_counter() - t0, bucket=str(task.meta.get("kind", "")))
+        return Group(
+            task.id,
+            [ro for ro in ros if ro is not None],
+            start_version=version,
+            worker=worker,
+            seconds=time.perf_counter() - t0,
+            bucket=str(task.meta.get("kind", "")),
+        )
 
-    def evaluate(self, tasks: list, k: int, concurrency: int | None = None, on_progress=None, *, seed: int) -> list[dict]:
+    def evaluate(
+        self, tasks: list, k: int, concurrency: int | None = None, on_progress=None, *, seed: int
+    ) -> list[dict]:
         """`k` episodes of each task, `concurrency` (default `rl.eval_concurrency`) at a time: per task the outcomes,
         rewards, turns, summaries, `tokens` (all sampled) and per episode `sampled`, `prefill` and `summary_prefill`
         (`Rollout`) (a failed episode counts as unsolved, reward 0, no tokens). Sample j of a task draws from the stream
@@ -280,12 +369,21 @@ class Rollouts:
         ros = self._run(jobs, concurrency or self.cfg.rl.eval_concurrency, streams, on_progress)
         out = []
         for i, t in enumerate(tasks):
-            rs = ros[i * k:(i + 1) * k]
-            out.append(dict(task=t.id, solved=[bool(r and r.solved) for r in rs], rewards=[r.reward if r else 0.0 for r in rs],
-                            turns=[r.turns if r else 0 for r in rs], summaries=[r.n_summaries if r else 0 for r in rs],
-                            tokens=sum(r.n_sampled for r in rs if r), errors=sum(r is None for r in rs),
-                            sampled=[r.n_sampled if r else 0 for r in rs], prefill=[r.prefill if r else 0 for r in rs],
-                            summary_prefill=[r.summary_prefill if r else 0 for r in rs]))
+            rs = ros[i * k : (i + 1) * k]
+            out.append(
+                dict(
+                    task=t.id,
+                    solved=[bool(r and r.solved) for r in rs],
+                    rewards=[r.reward if r else 0.0 for r in rs],
+                    turns=[r.turns if r else 0 for r in rs],
+                    summaries=[r.n_summaries if r else 0 for r in rs],
+                    tokens=sum(r.n_sampled for r in rs if r),
+                    errors=sum(r is None for r in rs),
+                    sampled=[r.n_sampled if r else 0 for r in rs],
+                    prefill=[r.prefill if r else 0 for r in rs],
+                    summary_prefill=[r.summary_prefill if r else 0 for r in rs],
+                )
+            )
         return out
 
 # %% ../../nbs/83_rollout.ipynb #20c041
@@ -294,12 +392,17 @@ def evaluate_checkpoint(cfg: Config, data, path, tasks: list, k: int, seed: int 
     run) on `tasks`, `k` samples each, with `cfg.rl`'s sampler settings: `Rollouts.evaluate`'s per-task results. Two
     checkpoints evaluated with one `seed` are paired by common random numbers."""
     from composer2.model.checkpoint import load_checkpoint
+
     model, ck = load_checkpoint(path)
     if ck.get("data_key") and ck["data_key"] != data.manifest["key"]:
-        raise C2Error(f"{path} was trained on data {ck['data_key']} but the data dir is {data.manifest['key']}: use the same data settings")
+        raise C2Error(
+            f"{path} was trained on data {ck['data_key']} but the data dir is {data.manifest['key']}: use the same data settings"
+        )
     ro = Rollouts(Engine(model.eval()), data, cfg, seed=seed)
-    try: return ro.evaluate(tasks, k, on_progress=on_progress, seed=seed)
-    finally: ro.server.shutdown()
+    try:
+        return ro.evaluate(tasks, k, on_progress=on_progress, seed=seed)
+    finally:
+        ro.server.shutdown()
 
 # %% ../../nbs/83_rollout.ipynb #20c041-1
 def pass_table(results: list[dict], against: list[dict] | None = None, seed: int = 0) -> list[dict]:
@@ -308,12 +411,13 @@ def pass_table(results: list[dict], against: list[dict] | None = None, seed: int
     the same tasks) also the paired change, this minus that, and its interval."""
     from composer2.rl.objectives import best_of_k
     from composer2.stats import paired_bootstrap
+
     n = len(results[0]["solved"])
     if against is not None and [r["task"] for r in against] != [r["task"] for r in results]:
         raise C2Error("pass_table: the two evaluations are not of the same tasks in the same order")
     rates = lambda res, k: np.array([best_of_k(n, sum(r["solved"]), k) for r in res])
     rows = []
-    for k in sorted({2 ** i for i in range(int(np.log2(n)) + 1)} | {n}):
+    for k in sorted({2**i for i in range(int(np.log2(n)) + 1)} | {n}):
         b = paired_bootstrap(np.zeros(len(results)), rates(results, k), seed=seed)
         row = dict(k=k, value=b["mean"], lo=b["lo"], hi=b["hi"], n_tasks=len(results))
         if against is not None:

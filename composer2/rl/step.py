@@ -20,11 +20,12 @@ __all__ = ['CALL_TERMS', 'Segment', 'Rollout', 'Group', 'collate', 'SharedPrefix
 @dataclass
 class Segment:
     "One training sequence of a rollout: a context window and what the policy sampled in it."
+
     ids: list[int]
-    mask: list[int]                       # 1 on tokens the policy sampled (they get the loss)
-    logprobs: list[float]                 # sampler log-prob of each token (0.0 where mask is 0)
-    versions: list[int]                   # policy version that sampled each token (-1 where mask is 0)
-    experts: np.ndarray | None = None     # [len(ids) - 1, n_moe_layers, k] sampler routing of every fed position
+    mask: list[int]  # 1 on tokens the policy sampled (they get the loss)
+    logprobs: list[float]  # sampler log-prob of each token (0.0 where mask is 0)
+    versions: list[int]  # policy version that sampled each token (-1 where mask is 0)
+    experts: np.ndarray | None = None  # [len(ids) - 1, n_moe_layers, k] sampler routing of every fed position
 
     def __post_init__(self):
         n = len(self.ids)
@@ -42,20 +43,22 @@ class Segment:
 @dataclass
 class Rollout:
     "One episode: its segments (several when it summarised), its reward and bookkeeping."
+
     segments: list[Segment]
     reward: float = 0.0
-    terms: dict = field(default_factory=dict)   # the reward's breakdown, term by term
+    terms: dict = field(default_factory=dict)  # the reward's breakdown, term by term
     solved: bool = False
     turns: int = 0
     n_summaries: int = 0
-    truncated: bool = False                     # cut off by a length limit (what overlong masking drops)
-    prefill: int = 0                            # context tokens the policy encoded (fed to its KV cache), all segments
-    summary_prefill: int = 0                    # ...of them, those a summary cost: its request, and the context after it
+    truncated: bool = False  # cut off by a length limit (what overlong masking drops)
+    prefill: int = 0  # context tokens the policy encoded (fed to its KV cache), all segments
+    summary_prefill: int = 0  # ...of them, those a summary cost: its request, and the context after it
 
     @property
     def n_sampled(self) -> int:
         "Tokens the policy sampled, all segments."
         return sum(s.n_sampled for s in self.segments)
+
     @property
     def versions(self) -> list[int]:
         "Policy version of every sampled token, all segments."
@@ -65,22 +68,25 @@ class Rollout:
 @dataclass
 class Group:
     "The G rollouts of one prompt, tagged with the policy versions that produced them."
+
     prompt_id: str
     rollouts: list[Rollout]
-    start_version: int                          # the worker's version when it took the prompt
+    start_version: int  # the worker's version when it took the prompt
     worker: int = 0
-    seconds: float = 0.0                        # wall time to generate the group
-    bucket: str = ""                            # difficulty bucket of the prompt (for upsampling)
+    seconds: float = 0.0  # wall time to generate the group
+    bucket: str = ""  # difficulty bucket of the prompt (for upsampling)
 
     @property
     def min_version(self) -> int:
         "Oldest policy version of any sampled token (the group's staleness is judged by it)."
         vs = [v for r in self.rollouts for v in r.versions]
         return min(vs) if vs else self.start_version
+
     @property
     def turns(self) -> float:
         "Mean turns per rollout (the difficulty signal of upsampling)."
         return float(np.mean([r.turns for r in self.rollouts])) if self.rollouts else 0.0
+
     @property
     def rewards(self) -> list[float]:
         "The rollouts' rewards."
@@ -90,18 +96,35 @@ class Group:
 def collate(segments: list[Segment], adv: list[float] | None = None, device="cpu") -> dict:
     "Right-padded tensors of segments: ids/valid [B, T]; mask/logp_sample/versions [B, T-1] of the predicted tokens; experts [B, T-1, L, k]; adv [B]."
     B, T = len(segments), max(len(s.ids) for s in segments)
-    ids = torch.zeros(B, T, dtype=torch.long); valid = torch.zeros(B, T, dtype=torch.bool)
-    mask = torch.zeros(B, T); lps = torch.zeros(B, T, dtype=torch.float64); ver = torch.full((B, T), -1, dtype=torch.long)
+    ids = torch.zeros(B, T, dtype=torch.long)
+    valid = torch.zeros(B, T, dtype=torch.bool)
+    mask = torch.zeros(B, T)
+    lps = torch.zeros(B, T, dtype=torch.float64)
+    ver = torch.full((B, T), -1, dtype=torch.long)
     ex = segments[0].experts
-    experts = None if ex is None or any(s.experts is None for s in segments) else torch.zeros(B, T - 1, *ex.shape[1:], dtype=torch.long)
+    experts = (
+        None
+        if ex is None or any(s.experts is None for s in segments)
+        else torch.zeros(B, T - 1, *ex.shape[1:], dtype=torch.long)
+    )
     for b, s in enumerate(segments):
         n = len(s.ids)
-        ids[b, :n] = torch.tensor(s.ids); valid[b, :n] = True
-        mask[b, :n] = torch.tensor(s.mask, dtype=torch.float32); lps[b, :n] = torch.tensor(s.logprobs, dtype=torch.float64)
+        ids[b, :n] = torch.tensor(s.ids)
+        valid[b, :n] = True
+        mask[b, :n] = torch.tensor(s.mask, dtype=torch.float32)
+        lps[b, :n] = torch.tensor(s.logprobs, dtype=torch.float64)
         ver[b, :n] = torch.tensor(s.versions)
-        if experts is not None and n > 1: experts[b, :n - 1] = torch.from_numpy(np.asarray(s.experts, dtype=np.int64))
-    out = dict(ids=ids, valid=valid, mask=mask[:, 1:], logp_sample=lps[:, 1:], versions=ver[:, 1:], experts=experts,
-               adv=torch.tensor(adv if adv is not None else [0.0] * B, dtype=torch.float32))
+        if experts is not None and n > 1:
+            experts[b, : n - 1] = torch.from_numpy(np.asarray(s.experts, dtype=np.int64))
+    out = dict(
+        ids=ids,
+        valid=valid,
+        mask=mask[:, 1:],
+        logp_sample=lps[:, 1:],
+        versions=ver[:, 1:],
+        experts=experts,
+        adv=torch.tensor(adv if adv is not None else [0.0] * B, dtype=torch.float32),
+    )
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
 
 # %% ../../nbs/81_rl_step.ipynb #11c032-2
@@ -111,6 +134,7 @@ class SharedPrefix:
     autograd graph); a forward through it encodes a right-padded chunk at positions S.. that attends to them (broadcast
     to the chunk's rows, not recomputed) and causally to itself. `extend` gives the cache of a one-row chunk's
     continuations. Not a generation cache: nothing is preallocated or written in place."""
+
     def __init__(self, k: list | None = None, v: list | None = None):
         self.pk, self.pv, self.k, self.v = k or [], v or [], [], []
 
@@ -122,8 +146,10 @@ class SharedPrefix:
 
     def write(self, layer, k, v, start):
         "Keep the chunk's keys/values; return the cached ones (broadcast to its rows) followed by its own."
-        self.k.append(k); self.v.append(v)
-        if not self.pk: return k, v
+        self.k.append(k)
+        self.v.append(v)
+        if not self.pk:
+            return k, v
         grow = lambda p, t: torch.cat([p.expand(t.shape[0], -1, -1, -1), t], 2)
         return grow(self.pk[layer], k), grow(self.pv[layer], v)
 
@@ -133,16 +159,20 @@ class SharedPrefix:
 
     def extend(self) -> "SharedPrefix":
         "The cache of what follows the last chunk (one row): the cached positions and the chunk's."
-        if self.k[0].shape[0] != 1: raise ValueError("SharedPrefix.extend: only a one-row chunk is a prefix")
+        if self.k[0].shape[0] != 1:
+            raise ValueError("SharedPrefix.extend: only a one-row chunk is a prefix")
         cat = lambda ps, ts: [torch.cat([p, t], 2) for p, t in zip(ps, ts)] if ps else list(ts)
         return SharedPrefix(cat(self.pk, self.k), cat(self.pv, self.v))
+
 
 def shared_prefix_len(x: torch.Tensor, valid: torch.Tensor, experts: torch.Tensor | None = None) -> int:
     """How many leading positions all rows of `x` [B, T] share -- same token, all valid and, given `experts`
     [B, T, L, k], the same routing --, leaving every row at least one position of its own (0 for a single row)."""
-    if x.shape[0] < 2: return 0
+    if x.shape[0] < 2:
+        return 0
     same = (x == x[:1]).all(0) & valid.all(0)
-    if experts is not None: same &= (experts == experts[:1]).flatten(2).all(-1).all(0)
+    if experts is not None:
+        same &= (experts == experts[:1]).flatten(2).all(-1).all(0)
     return max(0, min(int(same.long().cumprod(0).sum()), int(valid.sum(1).min()) - 1))
 
 # %% ../../nbs/81_rl_step.ipynb #11c033
@@ -158,27 +188,41 @@ def _forward_at(model, x, v, rep, at, capture: bool, share: bool):
         right = bool((v == (torch.arange(v.shape[1], device=v.device) < v.sum(1, keepdim=True))).all())
         return model(x, valid=None if right else v, replay=rep, capture=capture, logits_at=at)
     T, keys, logits = x.shape[1], [], []
+
     def encode(rows: torch.Tensor, s: int, cache: SharedPrefix):
-        part = lambda t, n=None: None if t is None else t[rows, s:None if n is None else s + n]
+        part = lambda t, n=None: None if t is None else t[rows, s : None if n is None else s + n]
         P = shared_prefix_len(part(x), part(v), part(rep))
-        if P == 0:                                           # a leaf: the rows' rests, batched, trimmed to the longest
+        if P == 0:  # a leaf: the rows' rests, batched, trimmed to the longest
             n = int(part(v).sum(1).max())
             a = part(at, n)
             out = model(part(x, n), valid=part(v, n), cache=cache, replay=part(rep, n), logits_at=a)
             b, t = a.nonzero(as_tuple=True)
-            keys.append(rows[b] * T + s + t); logits.append(out.logits)
+            keys.append(rows[b] * T + s + t)
+            logits.append(out.logits)
             return
-        a = part(at, P); u = a.any(0)
-        head = model(part(x, P)[:1], cache=cache, replay=None if rep is None else part(rep, P)[:1], logits_at=u[None]).logits
-        b, t = a.nonzero(as_tuple=True)                      # the prefix's logits, repeated for each row it is part of
-        keys.append(rows[b] * T + s + t); logits.append(head[(u.long().cumsum(0) - 1)[t]])
-        nxt = x[rows, s + P][:, None] if rep is None else torch.cat([x[rows, s + P][:, None], rep[rows, s + P].flatten(1)], 1)
-        for key in nxt.unique(dim=0): encode(rows[(nxt == key).all(1)], s + P, cache.extend())   # a cache per forward
+        a = part(at, P)
+        u = a.any(0)
+        head = model(
+            part(x, P)[:1], cache=cache, replay=None if rep is None else part(rep, P)[:1], logits_at=u[None]
+        ).logits
+        b, t = a.nonzero(as_tuple=True)  # the prefix's logits, repeated for each row it is part of
+        keys.append(rows[b] * T + s + t)
+        logits.append(head[(u.long().cumsum(0) - 1)[t]])
+        nxt = (
+            x[rows, s + P][:, None]
+            if rep is None
+            else torch.cat([x[rows, s + P][:, None], rep[rows, s + P].flatten(1)], 1)
+        )
+        for key in nxt.unique(dim=0):
+            encode(rows[(nxt == key).all(1)], s + P, cache.extend())  # a cache per forward
+
     encode(torch.arange(x.shape[0], device=x.device), 0, SharedPrefix())
     return ModelOutput(torch.cat(logits)[torch.cat(keys).argsort()], None)
 
-def token_logprobs(model, batch: dict, replay: bool = True, temperature: float = 1.0, entropy: bool = False,
-                   share: bool = True) -> tuple:
+
+def token_logprobs(
+    model, batch: dict, replay: bool = True, temperature: float = 1.0, entropy: bool = False, share: bool = True
+) -> tuple:
     """Log-probs [B, T-1] of `batch['ids'][:, 1:]` under `model` where `batch['mask']` is 1 (0.0 elsewhere: the head and
     log-softmax run only there), routing replayed from `batch['experts']` when `replay`, and the share of replayed expert
     slots the fallback replaced. With `entropy`, a third item: the entropy [B, T-1] of softmax(logits / temperature) at
@@ -190,17 +234,20 @@ def token_logprobs(model, batch: dict, replay: bool = True, temperature: float =
     fallback = rep is not None and model.cfg.replay_fallback
     v = valid[:, :-1]
     out = _forward_at(model, ids[:, :-1], v, rep, at, fallback, share)
-    logp = (out.logits.float() / (temperature or 1.0)).log_softmax(-1)          # [N, V], N = sampled positions
+    logp = (out.logits.float() / (temperature or 1.0)).log_softmax(-1)  # [N, V], N = sampled positions
     zeros = torch.zeros(at.shape, dtype=logp.dtype, device=logp.device)
     lp = zeros.masked_scatter(at, logp.gather(-1, ids[:, 1:][at][:, None]).squeeze(-1))
     rate = 0.0
-    if fallback:   # slots where the routing used differs from the replayed one, over real positions
+    if fallback:  # slots where the routing used differs from the replayed one, over real positions
         changed = (out.experts != rep.to(out.experts.device))[v]
         rate = float(changed.float().mean()) if changed.numel() else 0.0
-    if not entropy: return lp, rate
+    if not entropy:
+        return lp, rate
     with torch.no_grad():
         lq = logp.detach()
-        ent = zeros.masked_scatter(at, -(lq.exp() * lq.clamp_min(torch.finfo(lq.dtype).min)).sum(-1))   # p = 0: 0, not nan
+        ent = zeros.masked_scatter(
+            at, -(lq.exp() * lq.clamp_min(torch.finfo(lq.dtype).min)).sum(-1)
+        )  # p = 0: 0, not nan
     return lp, rate, ent
 
 # %% ../../nbs/81_rl_step.ipynb #11c033-1
@@ -208,7 +255,8 @@ def mismatch_stats(logp_train: torch.Tensor, logp_sample: torch.Tensor, mask: to
     "Train/inference mismatch over masked tokens: mean and p99 of |log p_train - log p_sample|, and KL(sampler || trainer) (k3)."
     m = mask.bool()
     d = (logp_train.detach().double() - logp_sample.double())[m]
-    if d.numel() == 0: return dict(mean=0.0, p99=0.0, kl=0.0)
+    if d.numel() == 0:
+        return dict(mean=0.0, p99=0.0, kl=0.0)
     return dict(mean=float(d.abs().mean()), p99=float(torch.quantile(d.abs(), 0.99)), kl=float(kl_k3(d).mean()))
 
 # %% ../../nbs/81_rl_step.ipynb #11c037
@@ -217,7 +265,8 @@ def staleness_histogram(groups: list[Group], step: int, max_lag: int) -> list[in
     h = [0] * (max_lag + 2)
     for g in groups:
         for r in g.rollouts:
-            for v in r.versions: h[min(max(step - v, 0), max_lag + 1)] += 1
+            for v in r.versions:
+                h[min(max(step - v, 0), max_lag + 1)] += 1
     return h
 
 # %% ../../nbs/81_rl_step.ipynb #11c040
@@ -227,15 +276,27 @@ def _micro_batches(idx: list[int], lens: list[int], micro_tokens: int, keys: lis
     chunks, cur = [], []
     for i in idx:
         if cur and ((len(cur) + 1) * lens[i] > micro_tokens or (keys is not None and keys[i] != keys[cur[-1]])):
-            chunks.append(cur); cur = []
+            chunks.append(cur)
+            cur = []
         cur.append(i)
     return chunks + [cur] if cur else chunks
 
 # %% ../../nbs/81_rl_step.ipynb #11c040-1
-CALL_TERMS = ("malformed", "failed")   # the reward terms a rollout cut off by the length limit has already earned
+CALL_TERMS = ("malformed", "failed")  # the reward terms a rollout cut off by the length limit has already earned
 
-def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: float = 1.0, micro_tokens: int = 8192,
-            norm_tokens: int | None = None, version: int | None = None, share_prefix: bool = True) -> dict:
+
+def rl_step(
+    model,
+    opt,
+    groups: list[Group],
+    cfg_rl,
+    ref_model=None,
+    grad_clip: float = 1.0,
+    micro_tokens: int = 8192,
+    norm_tokens: int | None = None,
+    version: int | None = None,
+    share_prefix: bool = True,
+) -> dict:
     """One RL step on `groups` (RLConfig `cfg_rl`) by the trainer at `version`: advantages (of permuted rewards with
     `shuffle_rewards`; negative ones scaled by `negative_weight`, positive ones by `positive_weight`), truncated-IS PG loss (+ KL when `kl_coef` > 0 and a
     `ref_model`), Adam, router biases only with `update_router_bias`. Returns the step's metrics: loss parts, grad_norm,
@@ -244,56 +305,78 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
     most `metric_rows` segments (NaN when 0). `share_prefix=False` encodes every row whole (`SharedPrefix`'s baseline)."""
     t0 = time.perf_counter()
     dev = model.embed.weight.device
-    grpo = cfg_rl.advantage == "grpo"   # shorthand for both of GRPO's normalisations
+    grpo = cfg_rl.advantage == "grpo"  # shorthand for both of GRPO's normalisations
     std_norm, length_norm = cfg_rl.std_norm or grpo, cfg_rl.length_norm or grpo
-    T = getattr(cfg_rl, "temperature", 1.0)   # the sampler's log-probs are of softmax(logits / T)
+    T = getattr(cfg_rl, "temperature", 1.0)  # the sampler's log-probs are of softmax(logits / T)
     nan = float("nan")
     rewards = [g.rewards for g in groups]
     penalties = [[sum(r.terms.get(t, 0.0) for t in CALL_TERMS) for r in g.rollouts] for g in groups]
-    if cfg_rl.shuffle_rewards:   # one permutation (same seed, same sizes) for both, so a reward keeps its penalties
-        rewards, penalties = permute_rewards(rewards, cfg_rl.seed, version), permute_rewards(penalties, cfg_rl.seed, version)
-    rows, advs = [], []   # advs: every rollout's (a dropped one counts in the Dr. GRPO denominator too)
+    if cfg_rl.shuffle_rewards:  # one permutation (same seed, same sizes) for both, so a reward keeps its penalties
+        rewards, penalties = (
+            permute_rewards(rewards, cfg_rl.seed, version),
+            permute_rewards(penalties, cfg_rl.seed, version),
+        )
+    rows, advs = [], []  # advs: every rollout's (a dropped one counts in the Dr. GRPO denominator too)
     for gi, (g, rw, pen) in enumerate(zip(groups, rewards, penalties)):
         adv = group_advantages(rw, std_norm=std_norm) if rw else np.zeros(0)
         pen_adv = group_advantages(pen, std_norm=std_norm) if pen else np.zeros(0)
         for r, a, pa in zip(g.rollouts, adv, pen_adv):
             cut = cfg_rl.overlong_mask and r.truncated
-            if cut and cfg_rl.overlong_penalties:   # its outcome is unknown; the calls it made so far are not
-                a = min(pa, 0.0) if cfg_rl.overlong_clip else pa   # (clipped: running out of turns is never a gain)
+            if cut and cfg_rl.overlong_penalties:  # its outcome is unknown; the calls it made so far are not
+                a = min(pa, 0.0) if cfg_rl.overlong_clip else pa  # (clipped: running out of turns is never a gain)
             a = float(a * (cfg_rl.negative_weight if a < 0 else cfg_rl.positive_weight))
             advs.append(a)
-            if cut and not cfg_rl.overlong_penalties: continue
+            if cut and not cfg_rl.overlong_penalties:
+                continue
             rows += [(s, a, r.n_sampled, gi) for s in r.segments if s.n_sampled]
     n_rollouts = len(advs)
     norm_tokens = norm_tokens or model.cfg.max_seq_len
     denom = n_rollouts if length_norm else n_rollouts * norm_tokens
-    rows.sort(key=lambda r: (r[3], len(r[0].ids)))   # a group's rows together: their prompt is encoded once
+    rows.sort(key=lambda r: (r[3], len(r[0].ids)))  # a group's rows together: their prompt is encoded once
     lens = [len(r[0].ids) for r in rows]
     use_kl = ref_model is not None and cfg_rl.kl_coef > 0
-    model.train(); opt.zero_grad(set_to_none=True)
+    model.train()
+    opt.zero_grad(set_to_none=True)
     acc = dict(loss=0.0, pg=0.0, kl=0.0, is_weight=0.0, is_clipped=0.0)
     lp_rows, ref_rows, fb, n_tok, ent_sum = [None] * len(rows), [None] * len(rows), [], 0, 0.0
     for ch in _micro_batches(list(range(len(rows))), lens, micro_tokens, [r[3] for r in rows]):
         b = collate([rows[i][0] for i in ch], [rows[i][1] for i in ch], dev)
         lengths = torch.tensor([rows[i][2] for i in ch], device=dev)
-        lp, rate, ent = token_logprobs(model, b, replay=cfg_rl.router_replay, temperature=T, entropy=True, share=share_prefix)
+        lp, rate, ent = token_logprobs(
+            model, b, replay=cfg_rl.router_replay, temperature=T, entropy=True, share=share_prefix
+        )
         ref = None
         if use_kl:
-            with torch.no_grad(): ref, _ = token_logprobs(ref_model, b, replay=False, temperature=T, share=share_prefix)
-        parts = pg_loss(lp, b["logp_sample"], b["adv"], b["mask"], cfg_rl.is_cap, length_norm, lengths, denom,
-                        ref, cfg_rl.kl_coef, cfg_rl.kl_estimator)
+            with torch.no_grad():
+                ref, _ = token_logprobs(ref_model, b, replay=False, temperature=T, share=share_prefix)
+        parts = pg_loss(
+            lp,
+            b["logp_sample"],
+            b["adv"],
+            b["mask"],
+            cfg_rl.is_cap,
+            length_norm,
+            lengths,
+            denom,
+            ref,
+            cfg_rl.kl_coef,
+            cfg_rl.kl_estimator,
+        )
         parts["loss"].backward()
-        k = float(b["mask"].sum()); n_tok += k
+        k = float(b["mask"].sum())
+        n_tok += k
         for name in acc:
             v = float(parts[name].detach())
-            acc[name] += v if name in ("loss", "pg") else v * k   # token means are re-weighted below
+            acc[name] += v if name in ("loss", "pg") else v * k  # token means are re-weighted below
         ent_sum += float((ent * b["mask"]).sum())
         lpc, refc = lp.detach().cpu(), None if ref is None else ref.cpu()
         for j, i in enumerate(ch):
-            lp_rows[i] = lpc[j, :lens[i] - 1]
-            if refc is not None: ref_rows[i] = refc[j, :lens[i] - 1]
+            lp_rows[i] = lpc[j, : lens[i] - 1]
+            if refc is not None:
+                ref_rows[i] = refc[j, : lens[i] - 1]
         fb.append((rate, k))
-    for name in ("kl", "is_weight", "is_clipped"): acc[name] /= max(n_tok, 1)
+    for name in ("kl", "is_weight", "is_clipped"):
+        acc[name] /= max(n_tok, 1)
     # metric-only forwards, before the update and without counting toward the router load: the other routing mode and,
     # without a KL loss, the reference, on a deterministic subsample of at most metric_rows segments
     n_sub = min(cfg_rl.metric_rows, len(rows))
@@ -304,31 +387,56 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
         with torch.no_grad():
             for ch in _micro_batches(sub, lens, micro_tokens):
                 b = collate([rows[i][0] for i in ch], None, dev)
-                other = token_logprobs(model, b, replay=not cfg_rl.router_replay, temperature=T, share=share_prefix)[0].cpu()
-                r_ = (None if use_kl or ref_model is None else
-                      token_logprobs(ref_model, b, replay=False, temperature=T, share=share_prefix)[0].cpu())
+                other = token_logprobs(model, b, replay=not cfg_rl.router_replay, temperature=T, share=share_prefix)[
+                    0
+                ].cpu()
+                r_ = (
+                    None
+                    if use_kl or ref_model is None
+                    else token_logprobs(ref_model, b, replay=False, temperature=T, share=share_prefix)[0].cpu()
+                )
                 for j, i in enumerate(ch):
-                    other_rows[i] = other[j, :lens[i] - 1]
-                    if r_ is not None: ref_rows[i] = r_[j, :lens[i] - 1]
+                    other_rows[i] = other[j, : lens[i] - 1]
+                    if r_ is not None:
+                        ref_rows[i] = r_[j, : lens[i] - 1]
     gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)) if grad_clip else float("nan")
     opt.step()
-    if cfg_rl.update_router_bias: model.update_router_biases()
+    if cfg_rl.update_router_bias:
+        model.update_router_biases()
     else:
-        for moe in model.moe_layers: moe.load.zero_()
+        for moe in model.moe_layers:
+            moe.load.zero_()
     model.eval()
-    out = dict(acc, grad_norm=gnorm, train_tokens=int(n_tok), train_seqs=len(rows),
-               zero_signal_groups=float(np.mean([max(rw) == min(rw) if rw else True for rw in rewards])) if rewards else nan,
-               adv_abs_mean=float(np.mean(np.abs(advs))) if advs else nan,
-               entropy=ent_sum / n_tok if n_tok else nan)
+    out = dict(
+        acc,
+        grad_norm=gnorm,
+        train_tokens=int(n_tok),
+        train_seqs=len(rows),
+        zero_signal_groups=float(np.mean([max(rw) == min(rw) if rw else True for rw in rewards])) if rewards else nan,
+        adv_abs_mean=float(np.mean(np.abs(advs))) if advs else nan,
+        entropy=ent_sum / n_tok if n_tok else nan,
+    )
     # per-segment tensors of the predicted tokens: sampled mask, sampler log-probs, whether wholly of `version`
     seg_mask = [torch.tensor(r[0].mask[1:], dtype=torch.float64) for r in rows]
     seg_lps = [torch.tensor(r[0].logprobs[1:], dtype=torch.float64) for r in rows]
-    on_policy = [version is not None and all(v == version for v, m in zip(r[0].versions[1:], r[0].mask[1:]) if m) for r in rows]
+    on_policy = [
+        version is not None and all(v == version for v, m in zip(r[0].versions[1:], r[0].mask[1:]) if m) for r in rows
+    ]
+
     def mismatch(tag, idx, lps):
         for suffix, keep in [("", idx), ("onpolicy_", [i for i in idx if on_policy[i]])]:
-            st = (mismatch_stats(torch.cat([lps[i] for i in keep]), torch.cat([seg_lps[i] for i in keep]),
-                                 torch.cat([seg_mask[i] for i in keep])) if keep else dict(mean=nan, p99=nan, kl=nan))
-            for k2, v in st.items(): out[f"mismatch_{tag}_{suffix}{k2}"] = v
+            st = (
+                mismatch_stats(
+                    torch.cat([lps[i] for i in keep]),
+                    torch.cat([seg_lps[i] for i in keep]),
+                    torch.cat([seg_mask[i] for i in keep]),
+                )
+                if keep
+                else dict(mean=nan, p99=nan, kl=nan)
+            )
+            for k2, v in st.items():
+                out[f"mismatch_{tag}_{suffix}{k2}"] = v
+
     trained, counterfactual = ("replay", "noreplay") if cfg_rl.router_replay else ("noreplay", "replay")
     mismatch(trained, list(range(len(rows))), lp_rows)
     mismatch(counterfactual, sub, other_rows)
@@ -336,9 +444,12 @@ def rl_step(model, opt, groups: list[Group], cfg_rl, ref_model=None, grad_clip: 
     kl_idx = [i for i in range(len(rows)) if ref_rows[i] is not None]
     if kl_idx:
         m_ = torch.cat([seg_mask[i] for i in kl_idx]).bool()
-        est = kl_penalty(torch.cat([ref_rows[i] for i in kl_idx]).double(), torch.cat([lp_rows[i] for i in kl_idx]).double(), "k3")
+        est = kl_penalty(
+            torch.cat([ref_rows[i] for i in kl_idx]).double(), torch.cat([lp_rows[i] for i in kl_idx]).double(), "k3"
+        )
         out["kl_init"] = float(est[m_].mean()) if m_.any() else nan
-    else: out["kl_init"] = nan
+    else:
+        out["kl_init"] = nan
     out["metric_segments"] = n_sub
     out["train_seconds"] = time.perf_counter() - t0
     return out

@@ -17,13 +17,22 @@ __all__ = ['Reconciler', 'publishable', 'make_delta', 'apply_delta', 'delta_nbyt
 # %% ../../nbs/82_sync.ipynb #11c044
 class Reconciler:
     "Hands out prompts (single epoch, staleness-bounded), admits finished groups, assembles training batches; pure Python."
-    def __init__(self, pool: list[str], prompts_per_step: int, max_staleness: int, seed: int = 0,
-                 upsampling: bool = False, buckets: dict[str, str] | None = None):
-        if len(set(pool)) != len(pool): raise ValueError("Reconciler: the prompt pool has duplicates")
+
+    def __init__(
+        self,
+        pool: list[str],
+        prompts_per_step: int,
+        max_staleness: int,
+        seed: int = 0,
+        upsampling: bool = False,
+        buckets: dict[str, str] | None = None,
+    ):
+        if len(set(pool)) != len(pool):
+            raise ValueError("Reconciler: the prompt pool has duplicates")
         self.pool, self.P, self.k, self.seed = list(pool), prompts_per_step, max_staleness, seed
         self.upsampling, self.buckets = upsampling, dict(buckets or {})
         self.pending, self.in_flight, self.ready, self.done = list(pool), {}, [], {}
-        self.training: list[Group] = []   # the batch the trainer holds (taken by `batch`, not committed yet)
+        self.training: list[Group] = []  # the batch the trainer holds (taken by `batch`, not committed yet)
         self.version, self.handed, self.requeued, self.turn_stats = 0, 0, 0, {}
 
     def capacity(self, worker_version: int) -> int:
@@ -32,14 +41,18 @@ class Reconciler:
 
     def take(self, worker_version: int, worker: int = 0) -> str | None:
         "The next prompt for a worker whose weights are `worker_version`, or None (nothing pending, or wait for new weights)."
-        if not self.pending or len(self.in_flight) + len(self.ready) + len(self.training) >= self.capacity(worker_version): return None
+        if not self.pending or len(self.in_flight) + len(self.ready) + len(self.training) >= self.capacity(
+            worker_version
+        ):
+            return None
         pid = self.pending.pop(self._pick())
         self.in_flight[pid] = dict(version=worker_version, worker=worker)
         self.handed += 1
         return pid
 
     def _pick(self) -> int:
-        if not self.upsampling or not self.turn_stats: return 0
+        if not self.upsampling or not self.turn_stats:
+            return 0
         mean = sum(s for s, _ in self.turn_stats.values()) / sum(n for _, n in self.turn_stats.values())
         est = lambda pid: (lambda st: st[0] / st[1] if st else mean)(self.turn_stats.get(self.buckets.get(pid, "")))
         w = [max(est(p), 1e-3) for p in self.pending]
@@ -47,35 +60,45 @@ class Reconciler:
 
     def finish(self, group: Group) -> bool:
         "Admit a finished group; False (ignored) if its prompt is not in flight."
-        if group.prompt_id not in self.in_flight: return False
+        if group.prompt_id not in self.in_flight:
+            return False
         del self.in_flight[group.prompt_id]
         self.ready.append(group)
         return True
 
     def release(self, prompt_id: str):
         "A worker gives a prompt back unfinished (e.g. on shutdown): it returns to the front of the queue."
-        if self.in_flight.pop(prompt_id, None) is not None: self.pending.insert(0, prompt_id)
+        if self.in_flight.pop(prompt_id, None) is not None:
+            self.pending.insert(0, prompt_id)
 
     def batch(self, step: int) -> list[Group] | None:
         "`prompts_per_step` groups for training step `step` (oldest first), requeueing stale ones; None if not enough are ready."
-        if step != self.version: raise ValueError(f"Reconciler: batch for step {step} but the trainer is at version {self.version}")
+        if step != self.version:
+            raise ValueError(f"Reconciler: batch for step {step} but the trainer is at version {self.version}")
         stale = [g for g in self.ready if g.min_version < step - self.k]
         for g in stale:
-            self.ready.remove(g); self.pending.insert(0, g.prompt_id); self.requeued += 1
-        if len(self.ready) < self.P: return None
+            self.ready.remove(g)
+            self.pending.insert(0, g.prompt_id)
+            self.requeued += 1
+        if len(self.ready) < self.P:
+            return None
         self.ready.sort(key=lambda g: g.min_version)
-        out, self.ready = self.ready[:self.P], self.ready[self.P:]
-        self.training = list(out)   # still counted against the staleness budget until committed
+        out, self.ready = self.ready[: self.P], self.ready[self.P :]
+        self.training = list(out)  # still counted against the staleness budget until committed
         return out
 
     def commit(self, step: int, groups: list[Group]):
         "Mark `groups` trained at `step`; the trainer is now at version step + 1."
         for g in groups:
-            if g.prompt_id in self.done: raise ValueError(f"Reconciler: prompt {g.prompt_id} was already trained at step {self.done[g.prompt_id]}")
+            if g.prompt_id in self.done:
+                raise ValueError(
+                    f"Reconciler: prompt {g.prompt_id} was already trained at step {self.done[g.prompt_id]}"
+                )
             self.done[g.prompt_id] = step
             if g.bucket or self.buckets.get(g.prompt_id):
                 s = self.turn_stats.setdefault(g.bucket or self.buckets[g.prompt_id], [0.0, 0])
-                s[0] += g.turns; s[1] += 1
+                s[0] += g.turns
+                s[1] += 1
         self.version = step + 1
         done = {g.prompt_id for g in groups}
         self.training = [g for g in self.training if g.prompt_id not in done]
@@ -87,18 +110,32 @@ class Reconciler:
 
     def counts(self) -> dict:
         "Prompts pending, in flight, ready and done; groups requeued; the trainer's version."
-        return dict(pending=len(self.pending), in_flight=len(self.in_flight), ready=len(self.ready) + len(self.training), done=len(self.done),
-                    requeued=self.requeued, version=self.version)
+        return dict(
+            pending=len(self.pending),
+            in_flight=len(self.in_flight),
+            ready=len(self.ready) + len(self.training),
+            done=len(self.done),
+            requeued=self.requeued,
+            version=self.version,
+        )
 
     def state_dict(self) -> dict:
         "Everything needed to resume: prompts in flight are saved as pending (front of the queue)."
-        return dict(pool=self.pool, pending=list(self.in_flight) + self.pending, ready=self.training + list(self.ready), done=dict(self.done),
-                    version=self.version, handed=self.handed, requeued=self.requeued,
-                    turn_stats={k: list(v) for k, v in self.turn_stats.items()})
+        return dict(
+            pool=self.pool,
+            pending=list(self.in_flight) + self.pending,
+            ready=self.training + list(self.ready),
+            done=dict(self.done),
+            version=self.version,
+            handed=self.handed,
+            requeued=self.requeued,
+            turn_stats={k: list(v) for k, v in self.turn_stats.items()},
+        )
 
     def load_state_dict(self, sd: dict):
         "Restore a `state_dict` (of a run with the same pool)."
-        if sd["pool"] != self.pool: raise ValueError("Reconciler: the checkpoint's prompt pool differs from this run's (other config?)")
+        if sd["pool"] != self.pool:
+            raise ValueError("Reconciler: the checkpoint's prompt pool differs from this run's (other config?)")
         self.pending, self.ready, self.done = list(sd["pending"]), list(sd["ready"]), dict(sd["done"])
         self.in_flight, self.training = {}, []
         self.version, self.handed, self.requeued = sd["version"], sd["handed"], sd["requeued"]
@@ -125,19 +162,25 @@ def make_delta(prev: dict | None, new: dict, zlib_level: int = 1) -> dict:
         t = t.detach().cpu().contiguous()
         old = None if prev is None else prev.get(name)
         if old is None or old.shape != t.shape or old.dtype != t.dtype:
-            out[name] = ("full", t.clone()); continue
+            out[name] = ("full", t.clone())
+            continue
         a, b = _bits(old), _bits(t)
         changed = np.flatnonzero(a != b)
-        if changed.size == 0: out[name] = ("same", None); continue
+        if changed.size == 0:
+            out[name] = ("same", None)
+            continue
         size = t.element_size()
         options = {"full": t.numel() * size, "sparse": changed.size * (4 + size)}
-        x = np.bitwise_xor(a, b).view(np.uint8).reshape(-1, size).T.tobytes()   # byte planes
+        x = np.bitwise_xor(a, b).view(np.uint8).reshape(-1, size).T.tobytes()  # byte planes
         z = zlib.compress(x, zlib_level)
         options["xor"] = len(z)
         kind = min(options, key=options.get)
-        if kind == "full": out[name] = ("full", t.clone())
-        elif kind == "sparse": out[name] = ("sparse", (changed.astype(np.int32), t.reshape(-1)[torch.from_numpy(changed)].clone()))
-        else: out[name] = ("xor", z)
+        if kind == "full":
+            out[name] = ("full", t.clone())
+        elif kind == "sparse":
+            out[name] = ("sparse", (changed.astype(np.int32), t.reshape(-1)[torch.from_numpy(changed)].clone()))
+        else:
+            out[name] = ("xor", z)
     return out
 
 # %% ../../nbs/82_sync.ipynb #11c054-4
@@ -145,12 +188,19 @@ def apply_delta(prev: dict | None, delta: dict) -> dict:
     "Rebuild the published tensors from the previous ones and a delta (bit-exact)."
     out = {}
     for name, (kind, payload) in delta.items():
-        if kind == "full": out[name] = payload.clone(); continue
+        if kind == "full":
+            out[name] = payload.clone()
+            continue
         old = prev[name]
-        if kind == "same": out[name] = old; continue
+        if kind == "same":
+            out[name] = old
+            continue
         if kind == "sparse":
             idx, vals = payload
-            t = old.clone().reshape(-1); t[torch.from_numpy(idx.astype(np.int64))] = vals; out[name] = t.view_as(old); continue
+            t = old.clone().reshape(-1)
+            t[torch.from_numpy(idx.astype(np.int64))] = vals
+            out[name] = t.view_as(old)
+            continue
         size = old.element_size()
         x = np.frombuffer(zlib.decompress(payload), dtype=np.uint8).reshape(size, -1).T.reshape(-1)
         bits = np.bitwise_xor(_bits(old), x.view(_INT_OF[size]))
@@ -162,9 +212,12 @@ def delta_nbytes(delta: dict) -> int:
     "Bytes a delta puts on the wire (payloads only)."
     n = 0
     for kind, p in delta.values():
-        if kind == "full": n += p.numel() * p.element_size()
-        elif kind == "sparse": n += p[0].nbytes + p[1].numel() * p[1].element_size()
-        elif kind == "xor": n += len(p)
+        if kind == "full":
+            n += p.numel() * p.element_size()
+        elif kind == "sparse":
+            n += p[0].nbytes + p[1].numel() * p[1].element_size()
+        elif kind == "xor":
+            n += len(p)
     return n
 
 # %% ../../nbs/82_sync.ipynb #11c054-6
@@ -175,18 +228,25 @@ def full_nbytes(state: dict) -> int:
 # %% ../../nbs/82_sync.ipynb #11c054-7
 def delta_stats(prev: dict, new: dict, delta: dict) -> dict:
     "Bytes published vs full, tensors per encoding, and the share of weights whose bf16 rounding did not change."
-    kinds = dict.fromkeys(["same", "sparse", "xor", "full"], 0)   # every key every time: they are CSV columns
-    for kind, _ in delta.values(): kinds[kind] += 1
+    kinds = dict.fromkeys(["same", "sparse", "xor", "full"], 0)  # every key every time: they are CSV columns
+    for kind, _ in delta.values():
+        kinds[kind] += 1
     same = tot = 0
     for name, t in new.items():
         if t.is_floating_point() and name in prev:
-            same += int((prev[name].to(torch.bfloat16) == t.to(torch.bfloat16)).sum()); tot += t.numel()
-    return dict(delta_bytes=delta_nbytes(delta), full_bytes=full_nbytes(new), bf16_unchanged=same / max(tot, 1),
-                **{f"tensors_{k}": v for k, v in kinds.items()})
+            same += int((prev[name].to(torch.bfloat16) == t.to(torch.bfloat16)).sum())
+            tot += t.numel()
+    return dict(
+        delta_bytes=delta_nbytes(delta),
+        full_bytes=full_nbytes(new),
+        bf16_unchanged=same / max(tot, 1),
+        **{f"tensors_{k}": v for k, v in kinds.items()},
+    )
 
 # %% ../../nbs/82_sync.ipynb #15c010
 class WeightReceiver:
     "A worker's side of weight sync: deltas applied in version order to a copy of the published weights, queued into the engine."
+
     def __init__(self, engine: Engine, published: dict, version: int):
         self.engine, self.state, self.version = engine, dict(published), version
         self._lock, self._early, self.bytes = threading.Lock(), {}, 0
@@ -196,13 +256,16 @@ class WeightReceiver:
     def push(self, delta: dict, version: int) -> int:
         "Receive the delta that makes `version` from `version - 1`; returns the newest version applied so far."
         with self._lock:
-            if version <= self.version: return self.version        # a duplicate
+            if version <= self.version:
+                return self.version  # a duplicate
             self._early[version] = delta
             applied = False
             while self.version + 1 in self._early:
                 self.state = apply_delta(self.state, self._early.pop(self.version + 1))
-                self.version += 1; applied = True
-            if applied: self.engine.update_weights({**self.state, **self._local}, self.version)
+                self.version += 1
+                applied = True
+            if applied:
+                self.engine.update_weights({**self.state, **self._local}, self.version)
             return self.version
 
     def set_full(self, published: dict, version: int):

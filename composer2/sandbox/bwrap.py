@@ -14,26 +14,36 @@ from ..config import SandboxConfig
 from .paths import SANDBOX_UID, SANDBOX_WS, _AS_ROOT, _INNER_ID, _write_all
 from .paths import list_beneath, read_beneath, read_bytes_beneath
 from .host import SandboxUnavailable, _Host, _SPAWN_ENV, _need
-from .workspace import (_rmdir_cgroup, give_to_sandbox, make_workspace, remove_workspace,
-                                         workspace_is_capped)
+from composer2.sandbox.workspace import (
+    _rmdir_cgroup,
+    give_to_sandbox,
+    make_workspace,
+    remove_workspace,
+    workspace_is_capped,
+)
 
 # %% auto #0
 __all__ = ['OUTPUT_KILL_BYTES', 'STDIN_PIPE_BYTES', 'sandbox_limits', 'RunResult', 'system_copies', 'Sandbox', 'SandboxPool']
 
 # %% ../../nbs/43_sandbox.ipynb #12c019-4
-_HOST, _HOST_LOCK = {}, threading.RLock()   # re-entered by the self-check
+_HOST, _HOST_LOCK = {}, threading.RLock()  # re-entered by the self-check
 
 # %% ../../nbs/43_sandbox.ipynb #12c019-5
 def _host() -> _Host:
     "This process's `_Host`, built on first use and rebuilt if its interpreter mount is gone."
     pid = os.getpid()
     with _HOST_LOCK:
-        if pid in _HOST and not _HOST[pid].alive(): _HOST.pop(pid).close()
+        if pid in _HOST and not _HOST[pid].alive():
+            _HOST.pop(pid).close()
         if pid not in _HOST:
             h = _Host()
             _HOST[pid] = h
-            try: _self_check()
-            except BaseException: del _HOST[pid]; h.close(); raise
+            try:
+                _self_check()
+            except BaseException:
+                del _HOST[pid]
+                h.close()
+                raise
     return _HOST[pid]
 
 # %% ../../nbs/43_sandbox.ipynb #12c019-6
@@ -42,27 +52,40 @@ def _self_check():
     try:
         _HOST[os.getpid()].tmpfs = workspace_is_capped(ws)
         r = Sandbox(ws, SandboxConfig(timeout=30)).run(["true"])
-        if r.returncode != 0: raise SandboxUnavailable(f"bubblewrap cannot create a sandbox here: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
-    finally: remove_workspace(ws)
+        if r.returncode != 0:
+            raise SandboxUnavailable(
+                f"bubblewrap cannot create a sandbox here: {(r.stderr.strip().splitlines() or ['?'])[-1]}"
+            )
+    finally:
+        remove_workspace(ws)
 
 # %% ../../nbs/43_sandbox.ipynb #12c019-7
 def sandbox_limits() -> dict:
     "Which whole-sandbox limits this machine gives (building the host state on first use): what the README's table describes."
     h = _host()
-    try: seccomp = bool(h.seccomp())
-    except SandboxUnavailable: seccomp = False
-    return {"root": _AS_ROOT, "workspace_tmpfs": bool(getattr(h, "tmpfs", False)), "seccomp": seccomp,
-            "cgroups": {c: str(p) for c, p in (h.cgroups or {}).items()}, "rlimits": ["cpu", "as", "nproc", "fsize", "nofile", "core"]}
+    try:
+        seccomp = bool(h.seccomp())
+    except SandboxUnavailable:
+        seccomp = False
+    return {
+        "root": _AS_ROOT,
+        "workspace_tmpfs": bool(getattr(h, "tmpfs", False)),
+        "seccomp": seccomp,
+        "cgroups": {c: str(p) for c, p in (h.cgroups or {}).items()},
+        "rlimits": ["cpu", "as", "nproc", "fsize", "nofile", "core"],
+    }
 
 # %% ../../nbs/43_sandbox.ipynb #12c021
-OUTPUT_KILL_BYTES = 64 << 20   # per stream: past this, the command is killed (killed_by="output")
-STDIN_PIPE_BYTES = 1 << 16    # stdin up to this size goes through a pipe (read once), larger through a memfd
+OUTPUT_KILL_BYTES = 64 << 20  # per stream: past this, the command is killed (killed_by="output")
+STDIN_PIPE_BYTES = 1 << 16  # stdin up to this size goes through a pipe (read once), larger through a memfd
 # pid 1 of the sandbox: sets the rlimits (dash's ulimit: -p is RLIMIT_NPROC, -v RLIMIT_AS in KiB, -f in 512-byte
 # blocks, -n RLIMIT_NOFILE), runs the command as its child (stdin passed on: an async list would get /dev/null), reaps
 # orphans while it waits, and exits with the command's status; its exit makes the kernel kill whatever is left in the namespace.
 _RUN = 'exec 3<&0 0</dev/null; "$@" <&3 3<&- & exec 3<&-; wait $!'
-_LIMITS = ('ulimit -c 0 && ulimit -v {as_kb} && ulimit -p {nproc} && ulimit -f {fsize_blocks} && ulimit -n {nofile} && '
-           'ulimit -S -t {cpu} && ulimit -H -t {cpu_hard} || {{ echo "sandbox: cannot set resource limits" >&2; exit 125; }}; ')
+_LIMITS = (
+    "ulimit -c 0 && ulimit -v {as_kb} && ulimit -p {nproc} && ulimit -f {fsize_blocks} && ulimit -n {nofile} && "
+    'ulimit -S -t {cpu} && ulimit -H -t {cpu_hard} || {{ echo "sandbox: cannot set resource limits" >&2; exit 125; }}; '
+)
 # run as root before setpriv: put this process (and so all the command's) into the command's cgroups
 _JOIN = 'for f in "$@"; do shift; [ "$f" = -- ] && exec "$@"; echo $$ >"$f" || exit 125; done; exit 125'
 
@@ -70,20 +93,28 @@ _JOIN = 'for f in "$@"; do shift; [ "$f" = -- ] && exec "$@"; echo $$ >"$f" || e
 def _check_command(cmd: Sequence[str], stdin) -> bytes | None:
     "`C2Error` for arguments the kernel cannot take (NUL, lone surrogates); stdin as bytes."
     for c in cmd:
-        if "\0" in c: raise C2Error("bad command: it contains a NUL character")
-        try: os.fsencode(c)
-        except UnicodeEncodeError: raise C2Error("bad command: it is not valid text (lone surrogates)") from None
-    if stdin is None or isinstance(stdin, bytes): return stdin
-    try: return stdin.encode("utf-8")
-    except UnicodeEncodeError: raise C2Error("bad stdin: not valid text (lone surrogates)") from None
+        if "\0" in c:
+            raise C2Error("bad command: it contains a NUL character")
+        try:
+            os.fsencode(c)
+        except UnicodeEncodeError:
+            raise C2Error("bad command: it is not valid text (lone surrogates)") from None
+    if stdin is None or isinstance(stdin, bytes):
+        return stdin
+    try:
+        return stdin.encode("utf-8")
+    except UnicodeEncodeError:
+        raise C2Error("bad stdin: not valid text (lone surrogates)") from None
 
 # %% ../../nbs/43_sandbox.ipynb #12c021-2
 def _oom_kills(cgroups: list[Path]) -> int:
     for d in cgroups:
         try:
             for l in (d / "memory.oom_control").read_text().splitlines():
-                if l.startswith("oom_kill "): return int(l.split()[1])
-        except (OSError, ValueError): pass
+                if l.startswith("oom_kill "):
+                    return int(l.split()[1])
+        except (OSError, ValueError):
+            pass
     return 0
 
 # %% ../../nbs/43_sandbox.ipynb #12c021-3
@@ -95,6 +126,7 @@ class RunResult:
     """What one sandboxed command did. `returncode` is the command's status (128+n when killed by signal n; 137 on timeout).
     `cpu_s` is the CPU time of the processes that were waited for: exact for a command that finishes, a lower bound when
     it was killed (the kernel discards the time of processes whose parent dies first)."""
+
     returncode: int
     stdout: str
     stderr: str
@@ -112,36 +144,51 @@ class RunResult:
 # %% ../../nbs/43_sandbox.ipynb #12c021-5
 class _Capture:
     "Keeps the first and last `cap` bytes of a stream and counts the rest."
-    def __init__(self, cap: int): self.cap, self.head, self.tail, self.n = cap, bytearray(), bytearray(), 0
+
+    def __init__(self, cap: int):
+        self.cap, self.head, self.tail, self.n = cap, bytearray(), bytearray(), 0
+
     def add(self, data: bytes):
         self.n += len(data)
         room = self.cap - len(self.head)
-        if room > 0: self.head += data[:room]; data = data[room:]
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
         if data:
             self.tail += data
-            if len(self.tail) > 2 * self.cap: del self.tail[:-self.cap]
+            if len(self.tail) > 2 * self.cap:
+                del self.tail[: -self.cap]
+
     def text(self, max_chars: int) -> tuple[str, bool]:
-        tail = bytes(self.tail[-self.cap:])
+        tail = bytes(self.tail[-self.cap :])
         dropped = self.n - len(self.head) - len(tail)
         head_s, tail_s = self.head.decode("utf-8", "replace"), tail.decode("utf-8", "replace")
-        if dropped == 0 and len(head_s) + len(tail_s) <= max_chars: return head_s + tail_s, False
+        if dropped == 0 and len(head_s) + len(tail_s) <= max_chars:
+            return head_s + tail_s, False
         half = max_chars // 2
         body = (head_s + tail_s) if dropped == 0 else None
-        h, t = (body[:half], body[len(body) - (max_chars - half):]) if body is not None else (head_s[:half], tail_s[len(tail_s) - (max_chars - half):])
+        h, t = (
+            (body[:half], body[len(body) - (max_chars - half) :])
+            if body is not None
+            else (head_s[:half], tail_s[len(tail_s) - (max_chars - half) :])
+        )
         omitted = self.n - len(h.encode("utf-8", "replace")) - len(t.encode("utf-8", "replace"))
         return f"{h}\n[... output truncated: {max(omitted, 1)} bytes omitted ...]\n{t}", True
 
 # %% ../../nbs/43_sandbox.ipynb #12c021-6
 def _readable(fd: int, timeout: float) -> bool:
     "poll, not select: our fds may be numbered past select's 1024 in a busy process."
-    p = select.poll(); p.register(fd, select.POLLIN)
+    p = select.poll()
+    p.register(fd, select.POLLIN)
     return bool(p.poll(timeout * 1000))
 
 # %% ../../nbs/43_sandbox.ipynb #12c021-7
 def _signal_name(code: int) -> str | None:
     if 128 < code <= 128 + 64:
-        try: return signal.Signals(code - 128).name
-        except ValueError: return None
+        try:
+            return signal.Signals(code - 128).name
+        except ValueError:
+            return None
     return None
 
 # %% ../../nbs/43_sandbox.ipynb #12c021-7a
@@ -150,11 +197,13 @@ def _check_reachable(workspace: Path):
     for d in [workspace, *workspace.parents][1:]:
         st = d.stat()
         if not (st.st_mode & 0o001 or st.st_uid == SANDBOX_UID):
-            raise C2Error(f"workspace {workspace} is not reachable by the sandbox user: {d} is not world-searchable "
-                          f"(make workspaces with make_workspace, or under a directory with o+x)")
+            raise C2Error(
+                f"workspace {workspace} is not reachable by the sandbox user: {d} is not world-searchable "
+                f"(make workspaces with make_workspace, or under a directory with o+x)"
+            )
 
 # %% ../../nbs/43_sandbox.ipynb #caf794b4
-_MIN_SHARED = 0.5   # a system file holding at least this share of a workspace file's lines counts as its copy
+_MIN_SHARED = 0.5  # a system file holding at least this share of a workspace file's lines counts as its copy
 _INDEX, _INDEX_LOCK = {}, threading.Lock()
 
 # %% ../../nbs/43_sandbox.ipynb #d5857b5d
@@ -189,12 +238,15 @@ def _lines(text: str) -> set[str]:
     "The distinct lines of `text` that say something (stripped, longer than 3 characters)."
     return {s for l in text.splitlines() if len(s := l.strip()) > 3}
 
+
 @functools.lru_cache(8192)
 def _system_file(path: str) -> tuple[frozenset, str]:
     "(the lines, the sha256) of a system file; empty for one that cannot be read."
     try:
-        with open(path, "rb") as f: data = f.read()
-    except OSError: return frozenset(), ""
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return frozenset(), ""
     return frozenset(_lines(data.decode("utf-8", "replace"))), hashlib.sha256(data).hexdigest()
 
 # %% ../../nbs/43_sandbox.ipynb #f85b6382
@@ -203,84 +255,187 @@ def system_copies(workspace: Path | str) -> dict[str, str | None]:
     every copy there of a Python file of `workspace` (see above): module path twins sharing at least `_MIN_SHARED` of
     its lines show the workspace's file; files byte-identical to those and the twins' compiled bytecode read empty."""
     rels = list_beneath(workspace, suffixes=(".py",), max_files=2000)
-    if not rels: return {}
+    if not rels:
+        return {}
     index, out = _system_index(), {}
     for rel in rels:
         twins = [p for p in index["names"].get(rel.rsplit("/", 1)[-1], []) if p.endswith("/" + rel)]
-        if not twins: continue
-        try: mine = _lines(read_beneath(workspace, rel))
-        except (C2Error, OSError, UnicodeDecodeError): continue
-        if not mine: continue
+        if not twins:
+            continue
+        try:
+            mine = _lines(read_beneath(workspace, rel))
+        except (C2Error, OSError, UnicodeDecodeError):
+            continue
+        if not mine:
+            continue
         out.update((p, rel) for p in twins if len(mine & _system_file(p)[0]) >= _MIN_SHARED * len(mine))
     shas = {_system_file(p)[1] for p in out}
-    for p in list(out):   # the same bytes under any other name
+    for p in list(out):  # the same bytes under any other name
         same = [q for q in index["sizes"].get(os.stat(p).st_size, []) if q not in out and _system_file(q)[1] in shas]
         out.update((q, None) for q in same)
-    for p in list(out):   # bytecode of either: an empty .pyc is not valid, so Python compiles what the source shows
+    for p in list(out):  # bytecode of either: an empty .pyc is not valid, so Python compiles what the source shows
         d, name = os.path.split(p)
         pattern = os.path.join(glob.escape(d), "__pycache__", glob.escape(name[:-3]) + ".*.pyc")
         out.update((q, None) for q in glob.glob(pattern))
     return dict(sorted(out.items()))
 
 # %% ../../nbs/43_sandbox.ipynb #12c021-7c
-def _bwrap_argv(workspace: Path, L: SandboxConfig, h: _Host,
-                hidden: dict | None = None) -> tuple[list[str], int, int | None]:
+def _bwrap_argv(
+    workspace: Path, L: SandboxConfig, h: _Host, hidden: dict | None = None
+) -> tuple[list[str], int, int | None]:
     """The command line that runs a command in `workspace` under limits `L`, the command's argv to be appended; and the
     indices of its two placeholders, the info fd and the seccomp fd (None without seccomp), filled in per run. `hidden`
     (`system_copies`) adds a `HIDE_FD` placeholder per copy that shows a workspace file, also filled in per run."""
     hidden = hidden or {}
     py = sys.base_prefix
-    a = [*h.launcher, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-         "--uid", _INNER_ID, "--gid", _INNER_ID, "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
-    for d in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"]:   # merged-/usr links, or real dirs on older systems
-        if os.path.islink("/" + d): a += ["--symlink", os.readlink("/" + d), "/" + d]
-        elif os.path.isdir("/" + d): a += ["--ro-bind", "/" + d, "/" + d]
+    a = [
+        *h.launcher,
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--uid",
+        _INNER_ID,
+        "--gid",
+        _INNER_ID,
+        "--hostname",
+        "sandbox",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
+    for d in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"]:  # merged-/usr links, or real dirs on older systems
+        if os.path.islink("/" + d):
+            a += ["--symlink", os.readlink("/" + d), "/" + d]
+        elif os.path.isdir("/" + d):
+            a += ["--ro-bind", "/" + d, "/" + d]
     a += ["--ro-bind", str(h.dir / "etc"), "/etc"]
-    if os.path.isdir("/etc/alternatives"): a += ["--ro-bind", "/etc/alternatives", "/etc/alternatives"]
+    if os.path.isdir("/etc/alternatives"):
+        a += ["--ro-bind", "/etc/alternatives", "/etc/alternatives"]
     a += ["--ro-bind", h.python_src, py]
     site = sysconfig.get_path("purelib", vars={"base": py, "platbase": py})
-    if site and os.path.isdir(site) and site.startswith(py + "/"): a += ["--ro-bind", str(h.dir / "empty"), site]
+    if site and os.path.isdir(site) and site.startswith(py + "/"):
+        a += ["--ro-bind", str(h.dir / "empty"), site]
     blank = h.dir / "blank"
     if hidden and not blank.exists():
         blank.touch(0o444)
-    for p, rel in hidden.items():   # the system's copies of the workspace's modules: ours (per run) or nothing
+    for p, rel in hidden.items():  # the system's copies of the workspace's modules: ours (per run) or nothing
         a += ["--ro-bind-data", "HIDE_FD", p] if rel is not None else ["--ro-bind", str(blank), p]
     tmp = str(L.tmp_mb << 20)
-    if L.seccomp: a += ["--seccomp", "SECCOMP_FD"]
-    a += ["--proc", "/proc", "--dev", "/dev", "--size", tmp, "--tmpfs", "/dev/shm", "--size", tmp, "--tmpfs", "/tmp",
-          "--bind", str(workspace), SANDBOX_WS, "--chdir", SANDBOX_WS, "--remount-ro", "/dev", "--remount-ro", "/",
-          "--clearenv", "--setenv", "PATH", f"{py}/bin:/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", SANDBOX_WS,
-          "--setenv", "LANG", "C.UTF-8", "--setenv", "USER", "sandbox", "--setenv", "TMPDIR", "/tmp",
-          "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONNOUSERSITE", "1", "--as-pid-1", "--info-fd", "INFO_FD", "--"]
-    if h.dash:   # limits set by pid 1 itself: one exec less than prlimit (they must be set inside: see the intro)
-        a += [h.dash, "-c", _LIMITS.format(as_kb=L.memory_mb << 10, nproc=L.max_processes, fsize_blocks=L.file_size_mb << 11,
-                                            nofile=L.max_open_files, cpu=L.cpu_seconds, cpu_hard=L.cpu_seconds + 1) + _RUN, "sandbox"]
+    if L.seccomp:
+        a += ["--seccomp", "SECCOMP_FD"]
+    a += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        tmp,
+        "--tmpfs",
+        "/dev/shm",
+        "--size",
+        tmp,
+        "--tmpfs",
+        "/tmp",
+        "--bind",
+        str(workspace),
+        SANDBOX_WS,
+        "--chdir",
+        SANDBOX_WS,
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        f"{py}/bin:/usr/local/bin:/usr/bin:/bin",
+        "--setenv",
+        "HOME",
+        SANDBOX_WS,
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--setenv",
+        "USER",
+        "sandbox",
+        "--setenv",
+        "TMPDIR",
+        "/tmp",
+        "--setenv",
+        "PYTHONDONTWRITEBYTECODE",
+        "1",
+        "--setenv",
+        "PYTHONNOUSERSITE",
+        "1",
+        "--as-pid-1",
+        "--info-fd",
+        "INFO_FD",
+        "--",
+    ]
+    if h.dash:  # limits set by pid 1 itself: one exec less than prlimit (they must be set inside: see the intro)
+        a += [
+            h.dash,
+            "-c",
+            _LIMITS.format(
+                as_kb=L.memory_mb << 10,
+                nproc=L.max_processes,
+                fsize_blocks=L.file_size_mb << 11,
+                nofile=L.max_open_files,
+                cpu=L.cpu_seconds,
+                cpu_hard=L.cpu_seconds + 1,
+            )
+            + _RUN,
+            "sandbox",
+        ]
     else:
-        a += [_need("prlimit"), f"--cpu={L.cpu_seconds}:{L.cpu_seconds + 1}", f"--as={L.memory_mb << 20}", f"--nproc={L.max_processes}",
-              f"--fsize={L.file_size_mb << 20}", f"--nofile={L.max_open_files}", "--core=0", "--", "/bin/sh", "-c", _RUN, "sandbox"]
+        a += [
+            _need("prlimit"),
+            f"--cpu={L.cpu_seconds}:{L.cpu_seconds + 1}",
+            f"--as={L.memory_mb << 20}",
+            f"--nproc={L.max_processes}",
+            f"--fsize={L.file_size_mb << 20}",
+            f"--nofile={L.max_open_files}",
+            "--core=0",
+            "--",
+            "/bin/sh",
+            "-c",
+            _RUN,
+            "sandbox",
+        ]
     return a, a.index("INFO_FD"), a.index("SECCOMP_FD") if L.seccomp else None
 
 # %% ../../nbs/43_sandbox.ipynb #12c021-7e
 def _stdin_fd(data: bytes | None) -> int:
     "A read end holding `data` for a command's stdin: /dev/null for None, a pipe when it fits one, else a memfd."
-    if data is None: return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    if len(data) <= STDIN_PIPE_BYTES:   # a pipe: once the command has read it, nothing else in the sandbox can
+    if data is None:
+        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    if len(data) <= STDIN_PIPE_BYTES:  # a pipe: once the command has read it, nothing else in the sandbox can
         r, w = os.pipe2(os.O_CLOEXEC)
-        try:   # written whole before the start, so it must fit the pipe's buffer (else: a memfd)
-            if fcntl.fcntl(w, fcntl.F_GETPIPE_SZ) >= len(data) or fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, len(data)) >= len(data):
-                _write_all(w, data); os.close(w)
+        try:  # written whole before the start, so it must fit the pipe's buffer (else: a memfd)
+            if fcntl.fcntl(w, fcntl.F_GETPIPE_SZ) >= len(data) or fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, len(data)) >= len(
+                data
+            ):
+                _write_all(w, data)
+                os.close(w)
                 return r
-        except OSError: pass
-        os.close(r); os.close(w)
+        except OSError:
+            pass
+        os.close(r)
+        os.close(w)
     fd = os.memfd_create("c2-stdin", os.MFD_CLOEXEC)
-    _write_all(fd, data); os.lseek(fd, 0, os.SEEK_SET)
+    _write_all(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
 # %% ../../nbs/43_sandbox.ipynb #fa2b4b90
 def _shown_fd(workspace: Path, rel: str) -> int:
     "A memfd holding the workspace file `rel` as it is now: what a system copy shows (empty if not a readable file)."
-    try: data = read_bytes_beneath(workspace, rel)
-    except (C2Error, OSError): data = b""
+    try:
+        data = read_bytes_beneath(workspace, rel)
+    except (C2Error, OSError):
+        data = b""
     fd = os.memfd_create("c2-shown", os.MFD_CLOEXEC)
     _write_all(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
@@ -290,152 +445,222 @@ def _shown_fd(workspace: Path, rel: str) -> int:
 def _kill(pid: int, init_fd: int | None, monitor: bool = False):
     "SIGKILL the sandbox's pid 1 (the kernel then kills its whole pid namespace; bwrap's monitor reaps it and exits)."
     if init_fd is not None:
-        try: signal.pidfd_send_signal(init_fd, signal.SIGKILL)
-        except ProcessLookupError: pass
-    if init_fd is None or monitor:                   # pid 1 unknown yet: kill the monitor, --die-with-parent does the rest
-        try: os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError: pass
+        try:
+            signal.pidfd_send_signal(init_fd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if init_fd is None or monitor:  # pid 1 unknown yet: kill the monitor, --die-with-parent does the rest
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 # %% ../../nbs/43_sandbox.ipynb #12c021-7h
-def _watch(proc, out_r: int, err_r: int, info_r: int, t0: float, timeout: float, limits: SandboxConfig, cgroups=()) -> RunResult:
+def _watch(
+    proc, out_r: int, err_r: int, info_r: int, t0: float, timeout: float, limits: SandboxConfig, cgroups=()
+) -> RunResult:
     """Wait for the started sandbox `proc`, capturing its two output pipes and reading the info pipe (the pid of its
     pid 1); kill it on `timeout` or past OUTPUT_KILL_BYTES; its `RunResult` once nothing it started is alive."""
     pid = proc.pid
-    cap = 4 * limits.max_output                 # bytes kept per end: enough for max_output characters
+    cap = 4 * limits.max_output  # bytes kept per end: enough for max_output characters
     caps = {out_r: _Capture(cap), err_r: _Capture(cap)}
     mon_fd, init_fd, info = os.pidfd_open(pid), None, b""
     sel = selectors.EpollSelector()
-    for fd in (out_r, err_r, info_r): os.set_blocking(fd, False); sel.register(fd, selectors.EVENT_READ)
+    for fd in (out_r, err_r, info_r):
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
     sel.register(mon_fd, selectors.EVENT_READ)
     open_fds, exited, killed_by, deadline, done = {out_r, err_r, info_r}, False, None, t0 + timeout, False
     try:
         while open_fds or not exited:
             left = deadline - time.monotonic()
             if left <= 0:
-                if killed_by is None:                  # first expiry: the timeout; then 5 s to drain
-                    killed_by = "timeout"; _kill(pid, init_fd); deadline = time.monotonic() + 5; continue
+                if killed_by is None:  # first expiry: the timeout; then 5 s to drain
+                    killed_by = "timeout"
+                    _kill(pid, init_fd)
+                    deadline = time.monotonic() + 5
+                    continue
                 break
             for key, _ in sel.select(left):
                 fd = key.fd
-                if fd == mon_fd: exited = True; sel.unregister(fd); continue
+                if fd == mon_fd:
+                    exited = True
+                    sel.unregister(fd)
+                    continue
                 data = os.read(fd, 1 << 16)
                 if not data:
-                    sel.unregister(fd); open_fds.discard(fd)
+                    sel.unregister(fd)
+                    open_fds.discard(fd)
                     if fd == info_r and info:
-                        try: init_fd = os.pidfd_open(json.loads(info)["child-pid"])
-                        except (ValueError, KeyError, ProcessLookupError): pass
+                        try:
+                            init_fd = os.pidfd_open(json.loads(info)["child-pid"])
+                        except (ValueError, KeyError, ProcessLookupError):
+                            pass
                     continue
-                if fd == info_r: info += data; continue
+                if fd == info_r:
+                    info += data
+                    continue
                 caps[fd].add(data)
                 if caps[fd].n > OUTPUT_KILL_BYTES and killed_by is None:
-                    killed_by = "output"; _kill(pid, init_fd); deadline = time.monotonic() + 5
-        if not exited: _kill(pid, init_fd, monitor=True)
-        _, status, ru = os.wait4(pid, 0)             # wait4, not Popen.wait: we want the rusage
+                    killed_by = "output"
+                    _kill(pid, init_fd)
+                    deadline = time.monotonic() + 5
+        if not exited:
+            _kill(pid, init_fd, monitor=True)
+        _, status, ru = os.wait4(pid, 0)  # wait4, not Popen.wait: we want the rusage
         proc.returncode = os.waitstatus_to_exitcode(status)
         # the monitor reaps pid 1, and pid 1 exits only after the kernel killed its namespace; if the monitor
         # itself was killed, pid 1 dies of --die-with-parent: either way wait until it is gone
-        for _ in range(15):                          # bounded: a process stuck in the kernel cannot be helped
-            if init_fd is None or _readable(init_fd, 2.0): break
+        for _ in range(15):  # bounded: a process stuck in the kernel cannot be helped
+            if init_fd is None or _readable(init_fd, 2.0):
+                break
             _kill(pid, init_fd)
         done = True
     finally:
-        if not done:                                 # interrupted (KeyboardInterrupt...): leave nothing running
+        if not done:  # interrupted (KeyboardInterrupt...): leave nothing running
             _kill(pid, init_fd, monitor=True)
-            try: os.waitpid(pid, 0); proc.returncode = -9
-            except ChildProcessError: pass
-        sel.close(); os.close(mon_fd)
-        if init_fd is not None: os.close(init_fd)
+            try:
+                os.waitpid(pid, 0)
+                proc.returncode = -9
+            except ChildProcessError:
+                pass
+        sel.close()
+        os.close(mon_fd)
+        if init_fd is not None:
+            os.close(init_fd)
     wall = time.monotonic() - t0
     rc = proc.returncode
     stdout, t1 = caps[out_r].text(limits.max_output)
     stderr, t2 = caps[err_r].text(limits.max_output)
     if killed_by is None:
         killed_by = _signal_name(rc)
-        if killed_by is None and rc != 0 and any(m in stderr for m in _MEMORY_MARKERS): killed_by = "memory"
-    if _oom_kills(cgroups) and killed_by in (None, "SIGKILL"): killed_by = "memory"   # the cgroup's OOM killer struck
+        if killed_by is None and rc != 0 and any(m in stderr for m in _MEMORY_MARKERS):
+            killed_by = "memory"
+    if _oom_kills(cgroups) and killed_by in (None, "SIGKILL"):
+        killed_by = "memory"  # the cgroup's OOM killer struck
     return RunResult(rc, stdout, stderr, killed_by == "timeout", killed_by, wall, ru.ru_utime + ru.ru_stime, t1 or t2)
 
 # %% ../../nbs/43_sandbox.ipynb #12c021-8
 class Sandbox:
     """Runs commands in `workspace` (read-write at /workspace, the cwd) under bubblewrap with `limits`; see `run`. The
     system's copies of the workspace's Python files as it is now (`system_copies`) are hidden from every run."""
+
     def __init__(self, workspace: Path | str, limits: SandboxConfig | None = None):
         self.workspace = Path(workspace).resolve()
-        if not self.workspace.is_dir(): raise C2Error(f"workspace {workspace} is not a directory")
+        if not self.workspace.is_dir():
+            raise C2Error(f"workspace {workspace} is not a directory")
         self.limits = limits or SandboxConfig()
         self.host = _host()
-        if _AS_ROOT: _check_reachable(self.workspace)
-        self.hidden = system_copies(self.workspace)   # the system's copies of the workspace's modules
+        if _AS_ROOT:
+            _check_reachable(self.workspace)
+        self.hidden = system_copies(self.workspace)  # the system's copies of the workspace's modules
         self._argv, self._info_at, self._seccomp_at = _bwrap_argv(self.workspace, self.limits, self.host, self.hidden)
-        self._shown = [rel for rel in self.hidden.values() if rel is not None]   # the HIDE_FD placeholders, in order
+        self._shown = [rel for rel in self.hidden.values() if rel is not None]  # the HIDE_FD placeholders, in order
 
-    def run(self, cmd: str | Sequence[str], timeout: float | None = None, stdin: str | bytes | None = None) -> RunResult:
+    def run(
+        self, cmd: str | Sequence[str], timeout: float | None = None, stdin: str | bytes | None = None
+    ) -> RunResult:
         """Run `cmd` (a str runs under `bash -c`) and return its `RunResult`; when this returns, nothing it started is alive.
         `C2Error` for a command the kernel cannot take (NUL, lone surrogates)."""
-        if isinstance(cmd, str): cmd = ["bash", "-c", cmd]
-        elif not cmd or not all(isinstance(c, str) for c in cmd): raise C2Error(f"bad command {cmd!r}: a string or a list of strings")
+        if isinstance(cmd, str):
+            cmd = ["bash", "-c", cmd]
+        elif not cmd or not all(isinstance(c, str) for c in cmd):
+            raise C2Error(f"bad command {cmd!r}: a string or a list of strings")
         data = _check_command(cmd, stdin)
         timeout = self.limits.timeout if timeout is None else timeout
-        if not timeout > 0: raise C2Error(f"timeout must be > 0 seconds, got {timeout}")
-        if not self.workspace.is_dir(): raise C2Error(f"workspace {self.workspace} no longer exists")
-        if not self.host.alive() or self.host.pid != os.getpid():   # host state gone, or we were forked: start afresh
+        if not timeout > 0:
+            raise C2Error(f"timeout must be > 0 seconds, got {timeout}")
+        if not self.workspace.is_dir():
+            raise C2Error(f"workspace {self.workspace} no longer exists")
+        if not self.host.alive() or self.host.pid != os.getpid():  # host state gone, or we were forked: start afresh
             self.host = _host()
             argv = _bwrap_argv(self.workspace, self.limits, self.host, self.hidden)
             self._argv, self._info_at, self._seccomp_at = argv
-        with self.host.slot(self.limits):   # at most sandbox.max_running commands of this process at once
+        with self.host.slot(self.limits):  # at most sandbox.max_running commands of this process at once
             return self._start(cmd, data, timeout)
 
     def _start(self, cmd: Sequence[str], data: bytes | None, timeout: float) -> RunResult:
         "Start `cmd` in the sandbox (a slot held) and watch it to the end: `run`'s work once its arguments are checked."
-        give_to_sandbox(self.workspace)                   # files written by host-side tools since the last run
+        give_to_sandbox(self.workspace)  # files written by host-side tools since the last run
         fds = {}
         try:
             fds["in"] = _stdin_fd(data)
-            (fds["out_r"], fds["out_w"]), (fds["err_r"], fds["err_w"]), (fds["info_r"], fds["info_w"]) = os.pipe(), os.pipe(), os.pipe()
+            (fds["out_r"], fds["out_w"]), (fds["err_r"], fds["err_w"]), (fds["info_r"], fds["info_w"]) = (
+                os.pipe(),
+                os.pipe(),
+                os.pipe(),
+            )
             argv = self._argv + list(cmd)
             argv[self._info_at] = str(fds["info_w"])
-            if self._seccomp_at is not None:              # bwrap reads the filter from a pipe and closes it
+            if self._seccomp_at is not None:  # bwrap reads the filter from a pipe and closes it
                 fds["sc_r"], sc_w = os.pipe()
-                try: _write_all(sc_w, self.host.seccomp())
-                finally: os.close(sc_w)
+                try:
+                    _write_all(sc_w, self.host.seccomp())
+                finally:
+                    os.close(sc_w)
                 argv[self._seccomp_at] = str(fds["sc_r"])
-            hide_at = [i for i, x in enumerate(self._argv) if x == "HIDE_FD"]   # never the command's own words
+            hide_at = [i for i, x in enumerate(self._argv) if x == "HIDE_FD"]  # never the command's own words
             shown = [f"shown{n}" for n in range(len(hide_at))]
             for n, (i, rel) in enumerate(zip(hide_at, self._shown)):
                 fds[f"shown{n}"] = _shown_fd(self.workspace, rel)
                 argv[i] = str(fds[f"shown{n}"])
             cgroups = self.host.new_cgroups(self.limits)
-            if cgroups: argv = [self.host.dash or "/bin/sh", "-c", _JOIN, "c2-join", *[str(d / "cgroup.procs") for d in cgroups], "--", *argv]
+            if cgroups:
+                argv = [
+                    self.host.dash or "/bin/sh",
+                    "-c",
+                    _JOIN,
+                    "c2-join",
+                    *[str(d / "cgroup.procs") for d in cgroups],
+                    "--",
+                    *argv,
+                ]
         except BaseException:
-            for fd in fds.values(): os.close(fd)
+            for fd in fds.values():
+                os.close(fd)
             raise
         t0 = time.monotonic()
-        try:   # close_fds: the sandbox must not inherit any descriptor of ours (a socket would be a way out)
-            proc = subprocess.Popen(argv, stdin=fds["in"], stdout=fds["out_w"], stderr=fds["err_w"],
-                                    pass_fds=tuple(v for k, v in fds.items() if k in ("info_w", "sc_r", *shown)),
-                                    close_fds=True,
-                                    env=_SPAWN_ENV, start_new_session=True)
+        try:  # close_fds: the sandbox must not inherit any descriptor of ours (a socket would be a way out)
+            proc = subprocess.Popen(
+                argv,
+                stdin=fds["in"],
+                stdout=fds["out_w"],
+                stderr=fds["err_w"],
+                pass_fds=tuple(v for k, v in fds.items() if k in ("info_w", "sc_r", *shown)),
+                close_fds=True,
+                env=_SPAWN_ENV,
+                start_new_session=True,
+            )
         except BaseException:
-            for fd in fds.values(): os.close(fd)
-            for d in cgroups: _rmdir_cgroup(d, tries=3)
+            for fd in fds.values():
+                os.close(fd)
+            for d in cgroups:
+                _rmdir_cgroup(d, tries=3)
             raise
         for k in [k for k in fds if k in ("in", "out_w", "err_w", "info_w", "sc_r") or k.startswith("shown")]:
             os.close(fds.pop(k))
-        try: return _watch(proc, fds["out_r"], fds["err_r"], fds["info_r"], t0, timeout, self.limits, cgroups)
+        try:
+            return _watch(proc, fds["out_r"], fds["err_r"], fds["info_r"], t0, timeout, self.limits, cgroups)
         finally:
             for fd in fds.values():
-                try: os.close(fd)
-                except OSError: pass
-            for d in cgroups: _rmdir_cgroup(d)
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            for d in cgroups:
+                _rmdir_cgroup(d)
 
-    def __repr__(self): return f"Sandbox({str(self.workspace)!r})"
+    def __repr__(self):
+        return f"Sandbox({str(self.workspace)!r})"
 
 # %% ../../nbs/43_sandbox.ipynb #12c025
 class SandboxPool:
     "Runs sandboxed work concurrently on `workers` threads (default `SandboxConfig.workers`)."
+
     def __init__(self, workers: int | None = None):
         self.workers = workers or SandboxConfig().workers
-        if self.workers < 1: raise C2Error(f"workers must be >= 1, got {self.workers}")
+        if self.workers < 1:
+            raise C2Error(f"workers must be >= 1, got {self.workers}")
         self._ex = ThreadPoolExecutor(self.workers, thread_name_prefix="c2-sandbox")
 
     def map(self, fn: Callable, items: Iterable) -> list:
@@ -446,6 +671,11 @@ class SandboxPool:
         "Run `(sandbox, cmd)` or `(sandbox, cmd, timeout)` jobs concurrently; results in job order."
         return self.map(lambda j: j[0].run(j[1], timeout=j[2] if len(j) > 2 else None), jobs)
 
-    def close(self): self._ex.shutdown(wait=True)
-    def __enter__(self): return self
-    def __exit__(self, *exc): self.close()
+    def close(self):
+        self._ex.shutdown(wait=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -11,9 +11,21 @@ from typing import Iterable
 from ..core import C2Error
 from ..config import SandboxConfig
 from .paths import SANDBOX_UID, SANDBOX_WS, _AS_ROOT, _INNER_ID
-from .workspace import (_CG_CONTROLLERS, _CG_PREFIX, _MS_BIND, _MS_NODEV, _MS_NOSUID, _MS_PRIVATE,
-                                         _MS_RDONLY, _MS_REMOUNT, _mount, _own_cgroup, _rmdir_cgroup,
-                                         _rmtree_mounted, _sweep_stale)
+from composer2.sandbox.workspace import (
+    _CG_CONTROLLERS,
+    _CG_PREFIX,
+    _MS_BIND,
+    _MS_NODEV,
+    _MS_NOSUID,
+    _MS_PRIVATE,
+    _MS_RDONLY,
+    _MS_REMOUNT,
+    _mount,
+    _own_cgroup,
+    _rmdir_cgroup,
+    _rmtree_mounted,
+    _sweep_stale,
+)
 
 # %% auto #0
 __all__ = ['BWRAP_MISSING', 'SECCOMP_DENY', 'SandboxUnavailable', 'bwrap_path', 'seccomp_program', 'max_running']
@@ -22,67 +34,136 @@ __all__ = ['BWRAP_MISSING', 'SECCOMP_DENY', 'SandboxUnavailable', 'bwrap_path', 
 class SandboxUnavailable(C2Error):
     "The sandbox cannot run here (bubblewrap or util-linux missing, or user namespaces disabled)."
 
+
 BWRAP_MISSING = "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+
 
 def bwrap_path() -> str:
     "Absolute path of `bwrap` on PATH; `SandboxUnavailable` with the install hint when there is none."
     p = shutil.which("bwrap")
-    if p is None: raise SandboxUnavailable(BWRAP_MISSING)
+    if p is None:
+        raise SandboxUnavailable(BWRAP_MISSING)
     return p
+
 
 def _need(tool: str, package: str = "util-linux") -> str:
     p = shutil.which(tool) or (f"/usr/bin/{tool}" if os.access(f"/usr/bin/{tool}", os.X_OK) else None)
-    if p is None: raise SandboxUnavailable(f"{tool} ({package}) is not installed: apt-get install {package}")
+    if p is None:
+        raise SandboxUnavailable(f"{tool} ({package}) is not installed: apt-get install {package}")
     return p
 
 # %% ../../nbs/42_host.ipynb #12c019
 _ETC_COPY = ["ld.so.cache", "ld.so.conf", "ld.so.conf.d", "protocols", "services", "mime.types", "localtime"]
-_SPAWN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}   # for setpriv/bwrap themselves: no host secrets
+_SPAWN_ENV = {
+    "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+    "LANG": "C.UTF-8",
+}  # for setpriv/bwrap themselves: no host secrets
 # what a sandboxed command may not call (EPERM): the kernel keyrings (shared by every process of a uid: a channel between
 # sandboxes), io_uring, tracing and other processes' memory, BPF, userfaultfd, perf, every mount and namespace call,
 # modules, kexec, reboot, swap, accounting, clock setting, handle-based opens
-SECCOMP_DENY = ("keyctl", "add_key", "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register", "ptrace",
-                "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "bpf", "userfaultfd", "perf_event_open",
-                "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
-                "mount_setattr", "unshare", "setns", "init_module", "finit_module", "delete_module", "kexec_load",
-                "kexec_file_load", "reboot", "swapon", "swapoff", "acct", "quotactl", "quotactl_fd", "syslog", "settimeofday",
-                "clock_settime", "clock_adjtime", "adjtimex", "open_by_handle_at", "name_to_handle_at", "lookup_dcookie",
-                "fanotify_init", "vhangup", "iopl", "ioperm", "modify_ldt", "uselib", "personality")
+SECCOMP_DENY = (
+    "keyctl",
+    "add_key",
+    "request_key",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "pidfd_getfd",
+    "kcmp",
+    "bpf",
+    "userfaultfd",
+    "perf_event_open",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "unshare",
+    "setns",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "acct",
+    "quotactl",
+    "quotactl_fd",
+    "syslog",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "lookup_dcookie",
+    "fanotify_init",
+    "vhangup",
+    "iopl",
+    "ioperm",
+    "modify_ldt",
+    "uselib",
+    "personality",
+)
 
 # %% ../../nbs/42_host.ipynb #12c019-1
 def seccomp_program(deny: Iterable[str] = SECCOMP_DENY) -> bytes:
     """The compiled BPF program (what `bwrap --seccomp FD` loads) that makes the `deny` system calls fail with EPERM on this
     architecture (other architectures' calls, x32 included, kill the process). Needs libseccomp (PyPI `pyseccomp`)."""
-    try: import pyseccomp as sc
+    try:
+        import pyseccomp as sc
     except (ImportError, RuntimeError, OSError) as e:
-        raise SandboxUnavailable(f"the seccomp filter needs libseccomp and pyseccomp ({e}): apt-get install libseccomp2; "
-                                 "pip install pyseccomp (or sandbox.seccomp=false)") from None
+        raise SandboxUnavailable(
+            f"the seccomp filter needs libseccomp and pyseccomp ({e}): apt-get install libseccomp2; "
+            "pip install pyseccomp (or sandbox.seccomp=false)"
+        ) from None
     f = sc.SyscallFilter(sc.ALLOW)
     for name in deny:
-        try: f.add_rule(sc.ERRNO(errno.EPERM), name)
-        except (OSError, ValueError, RuntimeError): pass   # not a system call on this architecture
+        try:
+            f.add_rule(sc.ERRNO(errno.EPERM), name)
+        except (OSError, ValueError, RuntimeError):
+            pass  # not a system call on this architecture
     with tempfile.TemporaryFile() as t:
-        f.export_bpf(t); t.seek(0)
+        f.export_bpf(t)
+        t.seek(0)
         return t.read()
 
 # %% ../../nbs/42_host.ipynb #12c019-2
 def _cgroup_parents() -> dict[str, Path] | None:
     """{controller: a fresh directory of ours} in the cgroup v1 memory and pids hierarchies, under this process's own
     cgroups (or the roots), when both are writable (root); None otherwise (cgroup v2 without delegation, no root)."""
-    if not _AS_ROOT: return None
+    if not _AS_ROOT:
+        return None
     out = {}
     for c in _CG_CONTROLLERS:
         mnt = Path("/sys/fs/cgroup") / c
-        if not (mnt / "cgroup.procs").is_file() or not (mnt / ("memory.limit_in_bytes" if c == "memory" else "cgroup.clone_children")).exists():
+        if (
+            not (mnt / "cgroup.procs").is_file()
+            or not (mnt / ("memory.limit_in_bytes" if c == "memory" else "cgroup.clone_children")).exists()
+        ):
             return None
         for base in [mnt / _own_cgroup(c).lstrip("/"), mnt]:
             d = base / f"{_CG_PREFIX}{os.getpid()}"
             try:
                 d.mkdir(exist_ok=True)
-                if c == "pids" and not (d / "pids.max").exists(): raise OSError("no pids.max")
-                out[c] = d; break
-            except OSError: continue
-        else: return None
+                if c == "pids" and not (d / "pids.max").exists():
+                    raise OSError("no pids.max")
+                out[c] = d
+                break
+            except OSError:
+                continue
+        else:
+            return None
     return out
 
 # %% ../../nbs/42_host.ipynb #12c019-2a
@@ -90,10 +171,13 @@ def max_running(limits: SandboxConfig) -> int:
     "How many sandboxed commands a process runs at once under `limits`: `max_running`, or twice the CPU cores."
     return limits.max_running or 2 * len(os.sched_getaffinity(0))
 
+
 class _Slots:
     """The running sandboxed commands of this process, counted: `take` waits while `cap` of them run (a thread that
     already holds a slot takes it again at once), `give` hands one back."""
-    def __init__(self): self._reset()
+
+    def __init__(self):
+        self._reset()
 
     def _reset(self):
         self._cond, self._local, self.running = threading.Condition(), threading.local(), 0
@@ -105,7 +189,8 @@ class _Slots:
             with self._cond:
                 while self.running >= cap:
                     left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0: return False
+                    if left is not None and left <= 0:
+                        return False
                     self._cond.wait(left)
                 self.running += 1
         self._local.depth = depth + 1
@@ -117,44 +202,59 @@ class _Slots:
         if self._local.depth == 0:
             with self._cond:
                 self.running -= 1
-                self._cond.notify_all()   # waiters may have caps of their own: each checks its own
+                self._cond.notify_all()  # waiters may have caps of their own: each checks its own
+
 
 _SLOTS = _Slots()
-os.register_at_fork(after_in_child=_SLOTS._reset)   # a forked child runs none of its parent's commands
+os.register_at_fork(after_in_child=_SLOTS._reset)  # a forked child runs none of its parent's commands
 
 # %% ../../nbs/42_host.ipynb #12c019-3
 class _Host:
     "Per-process state every sandbox shares: tool paths, the interpreter's mount, cgroup parents, the seccomp program, the synthetic /etc."
+
     def __init__(self):
         self.pid, self.bwrap = os.getpid(), bwrap_path()
-        self.dash = next((p for p in ["/usr/bin/dash", "/bin/dash"] if os.access(p, os.X_OK)), None)   # else prlimit + sh
+        self.dash = next(
+            (p for p in ["/usr/bin/dash", "/bin/dash"] if os.access(p, os.X_OK)), None
+        )  # else prlimit + sh
         _sweep_stale()
-        self.dir = Path(tempfile.mkdtemp(prefix=f"c2-sandbox-host-{self.pid}-")); self.dir.chmod(0o755)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"c2-sandbox-host-{self.pid}-"))
+        self.dir.chmod(0o755)
         self.mounted, self.cgroups, self._seccomp = None, None, None
-        self.parent_limits, self._wants, self._parents_lock = {}, [], threading.Lock()   # see size_parents
+        self.parent_limits, self._wants, self._parents_lock = {}, [], threading.Lock()  # see size_parents
         atexit.register(self.close)
         self._write_etc()
         (self.dir / "empty").mkdir()
         self.python_src, self.launcher = sys.base_prefix, [self.bwrap]
         if _AS_ROOT:
             # the interpreter lives under /root (mode 700): bind it read-only onto a directory the sandbox user can reach
-            p = self.dir / "python"; p.mkdir()
+            p = self.dir / "python"
+            p.mkdir()
             try:
                 _mount(sys.base_prefix, p, None, _MS_BIND)
                 self.mounted = p
                 _mount(None, p, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
                 _mount(None, p, None, _MS_PRIVATE)
             except OSError as e:
-                self.close(); raise SandboxUnavailable(f"cannot bind-mount the interpreter for the sandbox: {e}") from None
+                self.close()
+                raise SandboxUnavailable(f"cannot bind-mount the interpreter for the sandbox: {e}") from None
             self.python_src = str(p)
             # run as SANDBOX_UID from the start: setpriv drops uid, gid and supplementary groups before bwrap starts
-            self.launcher = [_need("setpriv"), f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--", self.bwrap]
+            self.launcher = [
+                _need("setpriv"),
+                f"--reuid={SANDBOX_UID}",
+                f"--regid={SANDBOX_UID}",
+                "--clear-groups",
+                "--",
+                self.bwrap,
+            ]
             self.cgroups = _cgroup_parents()
         self._run_ids = itertools.count()
 
     def seccomp(self) -> bytes:
         "The compiled seccomp program, built on first use."
-        if self._seccomp is None: self._seccomp = seccomp_program()
+        if self._seccomp is None:
+            self._seccomp = seccomp_program()
         return self._seccomp
 
     @contextmanager
@@ -163,79 +263,108 @@ class _Host:
         `C2Error` if `deadline` (time.monotonic()) comes before a slot does. Re-entered free by its thread."""
         cap = max_running(limits)
         if not _SLOTS.take(cap, deadline):
-            raise C2Error(f"no sandbox slot came free in time: {cap} commands already run at once "
-                          "(sandbox.max_running)")
-        want = {"memory": (limits.total_memory_mb or cap * limits.memory_mb) << 20,
-                "pids": cap * (limits.max_processes + 2)}
-        with self._parents_lock: self._wants.append(want)
+            raise C2Error(
+                f"no sandbox slot came free in time: {cap} commands already run at once (sandbox.max_running)"
+            )
+        want = {
+            "memory": (limits.total_memory_mb or cap * limits.memory_mb) << 20,
+            "pids": cap * (limits.max_processes + 2),
+        }
+        with self._parents_lock:
+            self._wants.append(want)
         try:
             self.size_parents()
             yield
         finally:
-            with self._parents_lock: self._wants.remove(want)
+            with self._parents_lock:
+                self._wants.remove(want)
             _SLOTS.give()
 
     def size_parents(self):
         """Set the limits of the parent cgroups to the largest that the commands holding slots need together: memory
         `total_memory_mb` (0: max_running x memory_mb), pids max_running x (max_processes + 2), under their own limits.
         A limit the running commands already exceed stays as it was (the kernel refuses it); nothing without cgroups."""
-        if not self.cgroups: return
+        if not self.cgroups:
+            return
         with self._parents_lock:
-            if not self._wants: return
+            if not self._wants:
+                return
             for c, d in self.cgroups.items():
                 target, now = max(w[c] for w in self._wants), self.parent_limits.get(c)
-                if target == now: continue
+                if target == now:
+                    continue
                 files = ["pids.max"] if c == "pids" else ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
                 files = [f for f in files if (d / f).exists()]
                 # memsw (memory + swap) may never be below the memory limit: raised first, lowered last
-                if now is not None and target > now: files.reverse()
+                if now is not None and target > now:
+                    files.reverse()
                 try:
-                    for f in files: (d / f).write_text(str(target))
-                except OSError: continue   # e.g. lower than what runs now holds: left as it is
+                    for f in files:
+                        (d / f).write_text(str(target))
+                except OSError:
+                    continue  # e.g. lower than what runs now holds: left as it is
                 self.parent_limits[c] = target
 
     def new_cgroups(self, limits: SandboxConfig) -> list[Path]:
         "Fresh memory and pids cgroups for one command, with its limits ([] without cgroups)."
-        if not self.cgroups or not limits.cgroup: return []
+        if not self.cgroups or not limits.cgroup:
+            return []
         name, made = f"r{next(self._run_ids)}", []
         try:
             for c, parent in self.cgroups.items():
-                d = parent / name; d.mkdir(); made.append(d)
+                d = parent / name
+                d.mkdir()
+                made.append(d)
                 if c == "memory":
                     (d / "memory.limit_in_bytes").write_text(str(limits.memory_mb << 20))
-                    if (d / "memory.memsw.limit_in_bytes").exists():   # swap included, where swap accounting is on
+                    if (d / "memory.memsw.limit_in_bytes").exists():  # swap included, where swap accounting is on
                         (d / "memory.memsw.limit_in_bytes").write_text(str(limits.memory_mb << 20))
-                else: (d / "pids.max").write_text(str(limits.max_processes + 2))   # + setpriv's bwrap monitor and pid 1
+                else:
+                    (d / "pids.max").write_text(str(limits.max_processes + 2))  # + setpriv's bwrap monitor and pid 1
             return made
         except OSError:
-            for d in made: _rmdir_cgroup(d, tries=3)
+            for d in made:
+                _rmdir_cgroup(d, tries=3)
             return []
 
     def _write_etc(self):
-        etc = self.dir / "etc"; etc.mkdir()
-        (etc / "passwd").write_text(f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nsandbox:x:{_INNER_ID}:{_INNER_ID}:sandbox:{SANDBOX_WS}:/bin/bash\n"
-                                    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+        etc = self.dir / "etc"
+        etc.mkdir()
+        (etc / "passwd").write_text(
+            f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nsandbox:x:{_INNER_ID}:{_INNER_ID}:sandbox:{SANDBOX_WS}:/bin/bash\n"
+            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+        )
         (etc / "group").write_text(f"root:x:0:\nsandbox:x:{_INNER_ID}:\nnogroup:x:65534:\n")
         (etc / "hosts").write_text("127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost\n")
         (etc / "hostname").write_text("sandbox\n")
-        (etc / "nsswitch.conf").write_text("passwd: files\ngroup: files\nhosts: files\nservices: files\nprotocols: files\n")
+        (etc / "nsswitch.conf").write_text(
+            "passwd: files\ngroup: files\nhosts: files\nservices: files\nprotocols: files\n"
+        )
         for name in _ETC_COPY:
             src = Path("/etc") / name
             try:
-                if src.is_dir(): shutil.copytree(src, etc / name, symlinks=False)
-                elif src.is_file(): shutil.copyfile(src, etc / name)
-            except OSError: pass   # optional pieces
-        (etc / "alternatives").mkdir()   # mount point for the host's /etc/alternatives (symlinks to /usr programs)
+                if src.is_dir():
+                    shutil.copytree(src, etc / name, symlinks=False)
+                elif src.is_file():
+                    shutil.copyfile(src, etc / name)
+            except OSError:
+                pass  # optional pieces
+        (etc / "alternatives").mkdir()  # mount point for the host's /etc/alternatives (symlinks to /usr programs)
 
     def close(self):
-        if os.getpid() != self.pid: return
+        if os.getpid() != self.pid:
+            return
         if self.cgroups:
-            for d in self.cgroups.values(): _rmdir_cgroup(d, tries=5)
+            for d in self.cgroups.values():
+                _rmdir_cgroup(d, tries=5)
         _rmtree_mounted(self.dir)
 
     def alive(self) -> bool:
         "The interpreter's mount is still in place (None: no mount needed)."
-        if self.mounted is None: return True
-        try: a, b = os.stat(self.mounted), os.stat(sys.base_prefix)
-        except OSError: return False
+        if self.mounted is None:
+            return True
+        try:
+            a, b = os.stat(self.mounted), os.stat(sys.base_prefix)
+        except OSError:
+            return False
         return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)

@@ -14,27 +14,34 @@ __all__ = ['SANDBOX_WS', 'SANDBOX_UID', 'MAX_FILE_BYTES', 'MAX_LIST_FILES', 'MAX
            'replace_beneath', 'list_beneath', 'workspace_digest']
 
 # %% ../../nbs/40_paths.ipynb #12c010
-SANDBOX_WS = "/workspace"   # where the workspace appears inside the sandbox
-SANDBOX_UID = 200_000   # host uid (and gid) of sandboxed commands when we run as root; any unused uid works
-_INNER_ID = "1000"      # the same uid as seen inside the sandbox
+SANDBOX_WS = "/workspace"  # where the workspace appears inside the sandbox
+SANDBOX_UID = 200_000  # host uid (and gid) of sandboxed commands when we run as root; any unused uid works
+_INNER_ID = "1000"  # the same uid as seen inside the sandbox
 _AS_ROOT = os.geteuid() == 0
 
 # %% ../../nbs/40_paths.ipynb #12c010-1
 def _own(name, dir_fd):
-    if _AS_ROOT: os.chown(name, SANDBOX_UID, SANDBOX_UID, dir_fd=dir_fd, follow_symlinks=False)
+    if _AS_ROOT:
+        os.chown(name, SANDBOX_UID, SANDBOX_UID, dir_fd=dir_fd, follow_symlinks=False)
 
 # %% ../../nbs/40_paths.ipynb #12c010-2
 def _own_fd(fd):
-    if _AS_ROOT: os.fchown(fd, SANDBOX_UID, SANDBOX_UID)
+    if _AS_ROOT:
+        os.fchown(fd, SANDBOX_UID, SANDBOX_UID)
 
 # %% ../../nbs/40_paths.ipynb #12c010-3
 def _relative(rel) -> str:
     "`rel` as a workspace-relative path; `C2Error` for what is not a usable path (empty, NUL, not encodable, absolute)."
-    if not isinstance(rel, str) or not rel.strip() or "\0" in rel: raise C2Error(f"bad path {rel!r}")
-    try: os.fsencode(rel)
-    except UnicodeEncodeError: raise C2Error(f"bad path {rel!r}: not valid text") from None
-    if rel == SANDBOX_WS or rel.startswith(SANDBOX_WS + "/"): rel = rel[len(SANDBOX_WS):].lstrip("/") or "."
-    if rel.startswith("/"): raise C2Error(f"path {rel!r} is absolute: use a path relative to the workspace")
+    if not isinstance(rel, str) or not rel.strip() or "\0" in rel:
+        raise C2Error(f"bad path {rel!r}")
+    try:
+        os.fsencode(rel)
+    except UnicodeEncodeError:
+        raise C2Error(f"bad path {rel!r}: not valid text") from None
+    if rel == SANDBOX_WS or rel.startswith(SANDBOX_WS + "/"):
+        rel = rel[len(SANDBOX_WS) :].lstrip("/") or "."
+    if rel.startswith("/"):
+        raise C2Error(f"path {rel!r} is absolute: use a path relative to the workspace")
     return rel
 
 # %% ../../nbs/40_paths.ipynb #12c010-4
@@ -43,18 +50,22 @@ def safe_path(workspace: Path | str, rel: str) -> Path:
     outside. Only for names: host code opens workspace files through `open_beneath` and its helpers, never through this."""
     root = Path(workspace).resolve()
     rel = _relative(rel)
-    if ".." in Path(rel).parts: raise C2Error(f"path {rel!r} uses '..': paths stay inside the workspace")
-    try: full = (root / rel).resolve()
-    except (RuntimeError, OSError) as e: raise C2Error(f"path {rel!r}: {e}") from None   # a symlink loop (RuntimeError in 3.11)
-    if full != root and root not in full.parents: raise C2Error(f"path {rel!r} leads outside the workspace")
+    if ".." in Path(rel).parts:
+        raise C2Error(f"path {rel!r} uses '..': paths stay inside the workspace")
+    try:
+        full = (root / rel).resolve()
+    except (RuntimeError, OSError) as e:
+        raise C2Error(f"path {rel!r}: {e}") from None  # a symlink loop (RuntimeError in 3.11)
+    if full != root and root not in full.parents:
+        raise C2Error(f"path {rel!r} leads outside the workspace")
     return full
 
 # %% ../../nbs/40_paths.ipynb #12c013
 _MAX_LINKS = 40
-MAX_FILE_BYTES = 1 << 20      # default cap of one host-side read of a workspace file
-MAX_LIST_FILES = 5000         # default cap of one host-side listing of a workspace
-MAX_WALK_DEPTH = 128          # a host-side walk of a workspace enters directories at most this many levels down
-_WALK_FDS = 8                 # descriptors a walk keeps open below its top at most (shallower ones are reopened)
+MAX_FILE_BYTES = 1 << 20  # default cap of one host-side read of a workspace file
+MAX_LIST_FILES = 5000  # default cap of one host-side listing of a workspace
+MAX_WALK_DEPTH = 128  # a host-side walk of a workspace enters directories at most this many levels down
+_WALK_FDS = 8  # descriptors a walk keeps open below its top at most (shallower ones are reopened)
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
@@ -64,7 +75,8 @@ def printable(text: str) -> str:
     return _SURROGATES.sub("\ufffd", text) if isinstance(text, str) else str(text)
 
 # %% ../../nbs/40_paths.ipynb #12c013-2
-def _parts(p: str) -> list[str]: return [x for x in p.split("/") if x not in ("", ".")]
+def _parts(p: str) -> list[str]:
+    return [x for x in p.split("/") if x not in ("", ".")]
 
 # %% ../../nbs/40_paths.ipynb #12c013-2a
 def _identity(fd: int) -> tuple[int, int]:
@@ -75,54 +87,65 @@ def _identity(fd: int) -> tuple[int, int]:
 # %% ../../nbs/40_paths.ipynb #12c013-2b
 def _step(old: int, new: int, keep: int) -> int:
     "Move a walk's one descriptor: close `old` (unless it is `keep`, the root) and return `new`."
-    if old != keep: os.close(old)
+    if old != keep:
+        os.close(old)
     return new
 
 # %% ../../nbs/40_paths.ipynb #12c013-3
-def open_beneath(workspace: Path | str, rel: str, flags: int = os.O_RDONLY, mode: int = 0o644, make_parents: bool = False) -> int:
+def open_beneath(
+    workspace: Path | str, rel: str, flags: int = os.O_RDONLY, mode: int = 0o644, make_parents: bool = False
+) -> int:
     """An fd for `rel` inside `workspace` that no symlink or concurrent rename can point outside it (opened `O_NONBLOCK`:
     a FIFO never blocks); `C2Error` on escapes, loops and bad names, `OSError` for what does not exist. Two descriptors
     held however long the path: a `..` reopens the parent, checked to be the directory the walk came down through."""
     shown, todo = rel, collections.deque(_parts(_relative(rel)))
     root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    cur, ids, links = root, [_identity(root)], 0     # ids: (device, inode) of each directory from the root to `cur`
+    cur, ids, links = root, [_identity(root)], 0  # ids: (device, inode) of each directory from the root to `cur`
     try:
         while todo:
             name = todo.popleft()
             if name == "..":
-                if len(ids) == 1: raise C2Error(f"path {shown!r} leads outside the workspace")
+                if len(ids) == 1:
+                    raise C2Error(f"path {shown!r} leads outside the workspace")
                 ids.pop()
                 cur = _step(cur, os.open("..", _DIR, dir_fd=cur), root)
-                if _identity(cur) != ids[-1]: raise C2Error(f"path {shown!r}: a directory moved while it was opened")
+                if _identity(cur) != ids[-1]:
+                    raise C2Error(f"path {shown!r}: a directory moved while it was opened")
                 continue
             last, st = not todo, None
-            try: st = os.stat(name, dir_fd=cur, follow_symlinks=False)
+            try:
+                st = os.stat(name, dir_fd=cur, follow_symlinks=False)
             except FileNotFoundError:
-                if last and flags & os.O_CREAT: pass
+                if last and flags & os.O_CREAT:
+                    pass
                 elif not last and make_parents:
                     os.mkdir(name, 0o755, dir_fd=cur)
                     _own(name, cur)
-                else: raise
+                else:
+                    raise
             if st is not None and stat.S_ISLNK(st.st_mode):
                 links += 1
-                if links > _MAX_LINKS: raise C2Error(f"path {shown!r}: too many levels of symlinks")
+                if links > _MAX_LINKS:
+                    raise C2Error(f"path {shown!r}: too many levels of symlinks")
                 target = os.readlink(name, dir_fd=cur)
                 if target.startswith("/"):
                     if not (target == SANDBOX_WS or target.startswith(SANDBOX_WS + "/")):
                         raise C2Error(f"path {shown!r} leads outside the workspace (symlink to {printable(target)})")
                     cur, ids = _step(cur, root, root), ids[:1]
-                    target = target[len(SANDBOX_WS):]
+                    target = target[len(SANDBOX_WS) :]
                 todo.extendleft(reversed(_parts(target)))
                 continue
             if last:
                 fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=cur)
-                if st is None: _own_fd(fd)
+                if st is None:
+                    _own_fd(fd)
                 return fd
             cur = _step(cur, os.open(name, _DIR, dir_fd=cur), root)
             ids.append(_identity(cur))
-        return os.open(".", flags | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=cur)   # rel named a directory
+        return os.open(".", flags | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=cur)  # rel named a directory
     finally:
-        if cur != root: os.close(cur)
+        if cur != root:
+            os.close(cur)
         os.close(root)
 
 # %% ../../nbs/40_paths.ipynb #12c013-3a
@@ -132,9 +155,12 @@ def _listing(fd: int, limit: int | None = None) -> tuple[list[str], list[str], b
     dirs, others = [], []
     with os.scandir(fd) as it:
         for e in it:
-            if limit is not None and len(dirs) + len(others) >= limit: return sorted(dirs), sorted(others), True
-            try: is_dir = e.is_dir(follow_symlinks=False)
-            except OSError: is_dir = False
+            if limit is not None and len(dirs) + len(others) >= limit:
+                return sorted(dirs), sorted(others), True
+            try:
+                is_dir = e.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
             (dirs if is_dir else others).append(e.name)
     return sorted(dirs), sorted(others), False
 
@@ -144,9 +170,11 @@ def _reopen(frames: list) -> int | None:
     from its nearest open ancestor, keeping at most `_WALK_FDS` open after the first. None when a directory on the way
     is gone or no longer a directory (that subtree is not walked: its frames are dropped)."""
     i = len(frames) - 1
-    while frames[i][1] is None: i -= 1
+    while frames[i][1] is None:
+        i -= 1
     for k in range(i + 1, len(frames)):
-        try: frames[k][1] = os.open(frames[k][0], _DIR, dir_fd=frames[k - 1][1])
+        try:
+            frames[k][1] = os.open(frames[k][0], _DIR, dir_fd=frames[k - 1][1])
         except OSError:
             del frames[k:]
             return None
@@ -163,24 +191,28 @@ class Walk:
     by descriptor: each directory is opened relative to its parent with `O_NOFOLLOW` (links are never followed), and at
     most `_WALK_FDS` descriptors are held at any depth. Directories more than `max_depth` levels down are listed but not
     entered (`cut` is then True); past `max_entries` names in all the walk stops (`truncated`)."""
-    def __init__(self, workspace: Path | str, rel: str = ".", max_depth: int = MAX_WALK_DEPTH,
-                 max_entries: int | None = None):
+
+    def __init__(
+        self, workspace: Path | str, rel: str = ".", max_depth: int = MAX_WALK_DEPTH, max_entries: int | None = None
+    ):
         self.workspace, self.rel, self.max_depth, self.max_entries = workspace, rel, max_depth, max_entries
         self.cut = self.truncated = False
         self.entries = 0
 
     def __iter__(self):
         top = open_beneath(self.workspace, self.rel, os.O_RDONLY | os.O_DIRECTORY)
-        frames = [[None, top, None]]                                   # per level: name, fd, subdirectories to go
+        frames = [[None, top, None]]  # per level: name, fd, subdirectories to go
         try:
             while frames:
                 top = frames[-1]
                 if top[2] is None:
                     fd = _reopen(frames)
-                    if fd is None: continue                        # gone or replaced meanwhile: not walked
+                    if fd is None:
+                        continue  # gone or replaced meanwhile: not walked
                     left = None if self.max_entries is None else self.max_entries - self.entries
-                    try: dirs, others, over = _listing(fd, left)
-                    except OSError:                                # unreadable: not walked
+                    try:
+                        dirs, others, over = _listing(fd, left)
+                    except OSError:  # unreadable: not walked
                         top[2] = []
                         continue
                     self.entries += len(dirs) + len(others)
@@ -192,22 +224,28 @@ class Walk:
                         self.cut = True
                         dirs = []
                     top[2] = dirs[::-1]
-                elif top[2]: frames.append([top[2].pop(), None, None])
+                elif top[2]:
+                    frames.append([top[2].pop(), None, None])
                 else:
-                    if top[1] is not None: os.close(top[1])
+                    if top[1] is not None:
+                        os.close(top[1])
                     frames.pop()
         finally:
             for f in frames:
-                if f[1] is not None: os.close(f[1])
+                if f[1] is not None:
+                    os.close(f[1])
 
 # %% ../../nbs/40_paths.ipynb #12c013-3e
 def _clear_files(fd: int) -> list[str]:
     "Unlink everything but the subdirectories in directory `fd`; return their names."
     dirs, others, _ = _listing(fd)
     for n in others:
-        try: os.unlink(n, dir_fd=fd)
-        except FileNotFoundError: pass
-        except IsADirectoryError: dirs.append(n)          # made a directory meanwhile
+        try:
+            os.unlink(n, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        except IsADirectoryError:
+            dirs.append(n)  # made a directory meanwhile
     return dirs
 
 # %% ../../nbs/40_paths.ipynb #12c013-3f
@@ -216,39 +254,50 @@ def _rmtree_at(dfd: int, name: str):
     and never followed, one descriptor held besides `dfd` (a parent is reached again through `..`, checked to be the
     very directory the walk came down through)."""
     cur = os.open(name, _DIR, dir_fd=dfd)
-    frames = [[name, _identity(cur), None]]   # per level: name, (device, inode), subdirectories to go (None: unlisted)
+    frames = [[name, _identity(cur), None]]  # per level: name, (device, inode), subdirectories to go (None: unlisted)
     try:
         while True:
             top = frames[-1]
-            if top[2] is None: top[2] = _clear_files(cur)
+            if top[2] is None:
+                top[2] = _clear_files(cur)
             if top[2]:
                 sub = top[2].pop()
-                try: cur = _step(cur, os.open(sub, _DIR, dir_fd=cur), dfd)
-                except FileNotFoundError: continue
+                try:
+                    cur = _step(cur, os.open(sub, _DIR, dir_fd=cur), dfd)
+                except FileNotFoundError:
+                    continue
                 except OSError as e:
-                    if e.errno not in (errno.ENOTDIR, errno.ELOOP): raise
-                    os.unlink(sub, dir_fd=cur)                # no longer a directory
+                    if e.errno not in (errno.ENOTDIR, errno.ELOOP):
+                        raise
+                    os.unlink(sub, dir_fd=cur)  # no longer a directory
                     continue
                 frames.append([sub, _identity(cur), None])
                 continue
             frames.pop()
-            if not frames: break
+            if not frames:
+                break
             cur = _step(cur, os.open("..", _DIR, dir_fd=cur), dfd)
             if _identity(cur) != frames[-1][1]:
                 raise OSError(errno.ESTALE, "a directory moved while being removed", name)
-            try: os.rmdir(top[0], dir_fd=cur)
-            except FileNotFoundError: pass
+            try:
+                os.rmdir(top[0], dir_fd=cur)
+            except FileNotFoundError:
+                pass
             except OSError as e:
-                if e.errno != errno.ENOTEMPTY: raise
-                frames[-1][2] = None                          # written to meanwhile: list it again
-    finally: os.close(cur)
+                if e.errno != errno.ENOTEMPTY:
+                    raise
+                frames[-1][2] = None  # written to meanwhile: list it again
+    finally:
+        os.close(cur)
     os.rmdir(name, dir_fd=dfd)
 
 # %% ../../nbs/40_paths.ipynb #12c013-4
 def _regular(fd: int, rel: str) -> os.stat_result:
     st = os.fstat(fd)
-    if stat.S_ISDIR(st.st_mode): raise IsADirectoryError(errno.EISDIR, "is a directory", rel)
-    if not stat.S_ISREG(st.st_mode): raise C2Error(f"{printable(rel)} is not a regular file")
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", rel)
+    if not stat.S_ISREG(st.st_mode):
+        raise C2Error(f"{printable(rel)} is not a regular file")
     return st
 
 # %% ../../nbs/40_paths.ipynb #12c013-5
@@ -257,15 +306,19 @@ def read_bytes_beneath(workspace: Path | str, rel: str, max_bytes: int = MAX_FIL
     fd = open_beneath(workspace, rel)
     try:
         st = _regular(fd, rel)
-        if st.st_size > max_bytes: raise C2Error(f"{printable(rel)} is too large ({st.st_size} bytes; the limit is {max_bytes})")
+        if st.st_size > max_bytes:
+            raise C2Error(f"{printable(rel)} is too large ({st.st_size} bytes; the limit is {max_bytes})")
         out = bytearray()
-        while len(out) <= max_bytes:                  # the file may grow while we read: never past the cap
+        while len(out) <= max_bytes:  # the file may grow while we read: never past the cap
             chunk = os.read(fd, max_bytes + 1 - len(out))
-            if not chunk: break
+            if not chunk:
+                break
             out += chunk
-        if len(out) > max_bytes: raise C2Error(f"{printable(rel)} is too large (over {max_bytes} bytes)")
+        if len(out) > max_bytes:
+            raise C2Error(f"{printable(rel)} is too large (over {max_bytes} bytes)")
         return bytes(out)
-    finally: os.close(fd)
+    finally:
+        os.close(fd)
 
 # %% ../../nbs/40_paths.ipynb #12c013-6
 def read_beneath(workspace: Path | str, rel: str, max_bytes: int = MAX_FILE_BYTES) -> str:
@@ -274,43 +327,58 @@ def read_beneath(workspace: Path | str, rel: str, max_bytes: int = MAX_FILE_BYTE
 
 # %% ../../nbs/40_paths.ipynb #12c013-7
 def _encode(text: str, rel: str) -> bytes:
-    try: return text.encode("utf-8")
-    except UnicodeEncodeError: raise C2Error(f"cannot write {printable(rel)}: the text is not valid UTF-8 (lone surrogates)") from None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise C2Error(f"cannot write {printable(rel)}: the text is not valid UTF-8 (lone surrogates)") from None
 
 # %% ../../nbs/40_paths.ipynb #12c013-8
 def _write_all(fd: int, data: bytes):
     view = memoryview(data)
-    while view: view = view[os.write(fd, view):]
+    while view:
+        view = view[os.write(fd, view) :]
 
 # %% ../../nbs/40_paths.ipynb #12c013-9
 def write_beneath(workspace: Path | str, rel: str, text: str, make_parents: bool = True) -> None:
     "Write `text` to the regular file `rel` through `open_beneath` (parents created; new files belong to the sandbox user)."
     data = _encode(text, rel)
-    fd = open_beneath(workspace, rel, os.O_WRONLY | os.O_CREAT, make_parents=make_parents)   # no O_TRUNC before the check
+    fd = open_beneath(
+        workspace, rel, os.O_WRONLY | os.O_CREAT, make_parents=make_parents
+    )  # no O_TRUNC before the check
     try:
         _regular(fd, rel)
-        os.ftruncate(fd, 0); _write_all(fd, data)
-    finally: os.close(fd)
+        os.ftruncate(fd, 0)
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
 
 # %% ../../nbs/40_paths.ipynb #12c013-10
 def _remove_at(dfd: int, name: str):
     "Remove `name` in directory `dfd` whatever it is, without following links (a tree of any depth: `_rmtree_at`)."
     st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-    if stat.S_ISDIR(st.st_mode): _rmtree_at(dfd, name)
-    else: os.unlink(name, dir_fd=dfd)
+    if stat.S_ISDIR(st.st_mode):
+        _rmtree_at(dfd, name)
+    else:
+        os.unlink(name, dir_fd=dfd)
 
 # %% ../../nbs/40_paths.ipynb #12c013-11
 def remove_beneath(workspace: Path | str, rel: str) -> bool:
     "Remove `rel` (file, link or directory tree; links are removed, not followed); True if something was removed."
     parts = _parts(_relative(rel))
-    if not parts or ".." in parts: raise C2Error(f"cannot remove {printable(rel)!r}")
+    if not parts or ".." in parts:
+        raise C2Error(f"cannot remove {printable(rel)!r}")
     parent = "/".join(parts[:-1]) or "."
-    try: dfd = open_beneath(workspace, parent, os.O_RDONLY | os.O_DIRECTORY)
-    except (FileNotFoundError, NotADirectoryError): return False
     try:
-        _remove_at(dfd, parts[-1]); return True
-    except FileNotFoundError: return False
-    finally: os.close(dfd)
+        dfd = open_beneath(workspace, parent, os.O_RDONLY | os.O_DIRECTORY)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    try:
+        _remove_at(dfd, parts[-1])
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(dfd)
 
 # %% ../../nbs/40_paths.ipynb #12c013-12
 def replace_beneath(workspace: Path | str, rel: str, text: str) -> None:
@@ -318,26 +386,46 @@ def replace_beneath(workspace: Path | str, rel: str, text: str) -> None:
     or FIFO in the way is removed) and whatever stood at `rel` itself is removed first. What the judge restores tests with."""
     data = _encode(text, rel)
     parts = _parts(_relative(rel))
-    if not parts or ".." in parts: raise C2Error(f"cannot restore {printable(rel)!r}")
+    if not parts or ".." in parts:
+        raise C2Error(f"cannot restore {printable(rel)!r}")
     fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for name in parts[:-1]:
-            try: st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError: st = None
-            if st is not None and not stat.S_ISDIR(st.st_mode): _remove_at(fd, name); st = None
-            if st is None: os.mkdir(name, 0o755, dir_fd=fd); _own(name, fd)
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                st = None
+            if st is not None and not stat.S_ISDIR(st.st_mode):
+                _remove_at(fd, name)
+                st = None
+            if st is None:
+                os.mkdir(name, 0o755, dir_fd=fd)
+                _own(name, fd)
             nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            os.close(fd); fd = nfd
-        try: _remove_at(fd, parts[-1])
-        except FileNotFoundError: pass
+            os.close(fd)
+            fd = nfd
+        try:
+            _remove_at(fd, parts[-1])
+        except FileNotFoundError:
+            pass
         out = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=fd)
-        try: _own_fd(out); _write_all(out, data)
-        finally: os.close(out)
-    finally: os.close(fd)
+        try:
+            _own_fd(out)
+            _write_all(out, data)
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
 
 # %% ../../nbs/40_paths.ipynb #12c013-13
-def list_beneath(workspace: Path | str, rel: str = ".", suffixes: tuple[str, ...] | None = None, max_bytes: int | None = MAX_FILE_BYTES,
-                 max_files: int = MAX_LIST_FILES, hidden: bool = False) -> list[str]:
+def list_beneath(
+    workspace: Path | str,
+    rel: str = ".",
+    suffixes: tuple[str, ...] | None = None,
+    max_bytes: int | None = MAX_FILE_BYTES,
+    max_files: int = MAX_LIST_FILES,
+    hidden: bool = False,
+) -> list[str]:
     """Workspace-relative paths of the regular files under directory `rel` (ending in `suffixes`, at most `max_bytes` each),
     sorted; walked by descriptor (`Walk`: links never followed, at most `MAX_WALK_DEPTH` levels down), hidden and
     `__pycache__` directories skipped unless `hidden`; at most `max_files` (the walk stops there)."""
@@ -346,18 +434,24 @@ def list_beneath(workspace: Path | str, rel: str = ".", suffixes: tuple[str, ...
     for top, tfd, dirs, names in Walk(workspace, rel):
         dirs[:] = [d for d in dirs if hidden or (not d.startswith(".") and d != "__pycache__")]
         for n in names:
-            if (suffixes and not n.endswith(suffixes)) or (not hidden and n.startswith(".c2-")): continue
-            try: st = os.stat(n, dir_fd=tfd, follow_symlinks=False)
-            except OSError: continue
-            if not stat.S_ISREG(st.st_mode) or (max_bytes is not None and st.st_size > max_bytes): continue
+            if (suffixes and not n.endswith(suffixes)) or (not hidden and n.startswith(".c2-")):
+                continue
+            try:
+                st = os.stat(n, dir_fd=tfd, follow_symlinks=False)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or (max_bytes is not None and st.st_size > max_bytes):
+                continue
             p = f"{top}/{n}" if top else n
             out.append(f"{base}/{p}" if base else p)
-            if len(out) >= max_files: return sorted(out)
+            if len(out) >= max_files:
+                return sorted(out)
     return sorted(out)
 
 # %% ../../nbs/40_paths.ipynb #12c015
-def workspace_digest(workspace: Path | str, max_bytes: int = 8 << 20, max_entries: int = MAX_LIST_FILES,
-                     max_depth: int = MAX_WALK_DEPTH) -> str | None:
+def workspace_digest(
+    workspace: Path | str, max_bytes: int = 8 << 20, max_entries: int = MAX_LIST_FILES, max_depth: int = MAX_WALK_DEPTH
+) -> str | None:
     """A sha256 of the whole tree under `workspace`, walked by descriptor (`Walk`: links never followed, hidden files
     and caches included): every entry's path, type and permission bits, a regular file's bytes (their sha256), a
     link's target, each field length-prefixed. Two workspaces with one digest hold the same tree. None when the tree
@@ -368,21 +462,32 @@ def workspace_digest(workspace: Path | str, max_bytes: int = 8 << 20, max_entrie
     for top, tfd, dirs, names in walk:
         for name in sorted(dirs + names):
             st = os.stat(name, dir_fd=tfd, follow_symlinks=False)
-            if stat.S_ISLNK(st.st_mode): body = os.readlink(name, dir_fd=tfd).encode("utf-8", "surrogateescape")
-            elif stat.S_ISDIR(st.st_mode): body = b""
-            elif not stat.S_ISREG(st.st_mode): return None
+            if stat.S_ISLNK(st.st_mode):
+                body = os.readlink(name, dir_fd=tfd).encode("utf-8", "surrogateescape")
+            elif stat.S_ISDIR(st.st_mode):
+                body = b""
+            elif not stat.S_ISREG(st.st_mode):
+                return None
             else:
                 total += st.st_size
-                if total > max_bytes: return None
+                if total > max_bytes:
+                    return None
                 fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=tfd)
                 try:
-                    if not stat.S_ISREG(os.fstat(fd).st_mode): return None
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        return None
                     data = os.read(fd, st.st_size + 1)
-                finally: os.close(fd)
-                if len(data) != st.st_size: return None      # changed under us: not a tree to summarise
+                finally:
+                    os.close(fd)
+                if len(data) != st.st_size:
+                    return None  # changed under us: not a tree to summarise
                 body = hashlib.sha256(data).digest()
             rel = f"{top}/{name}" if top else name
-            for field in (rel.encode("utf-8", "surrogateescape"), b"%d" % stat.S_IFMT(st.st_mode),
-                          b"%d" % stat.S_IMODE(st.st_mode), body):
+            for field in (
+                rel.encode("utf-8", "surrogateescape"),
+                b"%d" % stat.S_IFMT(st.st_mode),
+                b"%d" % stat.S_IMODE(st.st_mode),
+                body,
+            ):
                 h.update(len(field).to_bytes(8, "big") + field)
     return None if walk.cut or walk.truncated else h.hexdigest()

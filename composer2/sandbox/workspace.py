@@ -22,7 +22,8 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_PRIVATE, _MNT_DETA
 def _mount(src: str | None, target: str | Path, fstype: str | None, flags: int, data: str | None = None):
     enc = lambda s: None if s is None else os.fsencode(str(s))
     if _LIBC.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
-        e = ctypes.get_errno(); raise OSError(e, os.strerror(e), str(target))
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), str(target))
 
 # %% ../../nbs/41_workspace.ipynb #12c016-2
 def _umount(target: str | Path) -> bool:
@@ -32,11 +33,14 @@ def _umount(target: str | Path) -> bool:
 def _mounts_under(d: Path | str) -> list[str]:
     "Mount points at or below `d` (deepest first), from /proc/self/mountinfo."
     d, out = str(d).rstrip("/"), []
-    try: lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError: return []
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
     for l in lines:
-        mp = l.split()[4].encode().decode("unicode_escape")   # octal escapes (\040) of the kernel
-        if mp == d or mp.startswith(d + "/"): out.append(mp)
+        mp = l.split()[4].encode().decode("unicode_escape")  # octal escapes (\040) of the kernel
+        if mp == d or mp.startswith(d + "/"):
+            out.append(mp)
     return sorted(out, key=len, reverse=True)
 
 # %% ../../nbs/41_workspace.ipynb #12c016-3a
@@ -46,18 +50,24 @@ def _remove_tree(d: Path | str, ignore_errors: bool = True) -> None:
     d = Path(d)
     try:
         dfd = os.open(d.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try: _remove_at(dfd, d.name)
-        finally: os.close(dfd)
-    except FileNotFoundError: pass
+        try:
+            _remove_at(dfd, d.name)
+        finally:
+            os.close(dfd)
+    except FileNotFoundError:
+        pass
     except OSError:
-        if not ignore_errors: raise
+        if not ignore_errors:
+            raise
 
 # %% ../../nbs/41_workspace.ipynb #12c016-4
 def _rmtree_mounted(d: Path | str) -> bool:
     """Remove `d`, detaching whatever is mounted at or below it first (a tmpfs is freed once the last sandbox using it
     is gone). Never deletes through a mount: if one cannot be detached, `d` is left alone (False)."""
-    for mp in _mounts_under(d): _umount(mp)
-    if _mounts_under(d): return False
+    for mp in _mounts_under(d):
+        _umount(mp)
+    if _mounts_under(d):
+        return False
     _remove_tree(d)
     return True
 
@@ -71,52 +81,71 @@ def _own_cgroup(controller: str) -> str:
     try:
         for l in Path("/proc/self/cgroup").read_text().splitlines():
             _, ctrls, path = l.split(":", 2)
-            if controller in ctrls.split(","): return path
-    except (OSError, ValueError): pass
+            if controller in ctrls.split(","):
+                return path
+    except (OSError, ValueError):
+        pass
     return ""
 
 # %% ../../nbs/41_workspace.ipynb #12c016-7
 def _rmdir_cgroup(d: Path, tries: int = 50) -> bool:
     "rmdir a cgroup (children first); the kernel may take a moment to release a group whose last task just died."
-    for sub in sorted((p for p in d.iterdir() if p.is_dir()), reverse=True) if d.is_dir() else []: _rmdir_cgroup(sub, tries)
+    for sub in sorted((p for p in d.iterdir() if p.is_dir()), reverse=True) if d.is_dir() else []:
+        _rmdir_cgroup(sub, tries)
     for i in range(tries):
-        try: d.rmdir(); return True
-        except FileNotFoundError: return True
-        except OSError: time.sleep(0.002 * (i + 1))
+        try:
+            d.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            time.sleep(0.002 * (i + 1))
     return False
 
 # %% ../../nbs/41_workspace.ipynb #12c016-8
 def _sweep_cgroups():
     "Remove the cgroups of processes of ours that are gone."
-    if not _AS_ROOT: return
+    if not _AS_ROOT:
+        return
     for c in _CG_CONTROLLERS:
         mnt = Path("/sys/fs/cgroup") / c
-        for depth in range(4):   # ours may sit under the cgroup of another process of ours: look a few levels down
-            try: stale = [d for d in mnt.glob("*/" * depth + f"{_CG_PREFIX}*") if not os.path.exists(f"/proc/{d.name[len(_CG_PREFIX):]}")]
-            except OSError: continue
-            for d in stale: _rmdir_cgroup(d, tries=3)
+        for depth in range(4):  # ours may sit under the cgroup of another process of ours: look a few levels down
+            try:
+                stale = [
+                    d
+                    for d in mnt.glob("*/" * depth + f"{_CG_PREFIX}*")
+                    if not os.path.exists(f"/proc/{d.name[len(_CG_PREFIX) :]}")
+                ]
+            except OSError:
+                continue
+            for d in stale:
+                _rmdir_cgroup(d, tries=3)
 
 # %% ../../nbs/41_workspace.ipynb #12c016-9
 def give_to_sandbox(workspace: Path | str) -> None:
     """Make everything in `workspace` belong to the sandbox user (no-op unless we are root), walked by descriptor
     (`composer2.sandbox.paths.Walk`: links never followed, a few descriptors held; nothing below `MAX_WALK_DEPTH` levels is
     touched -- the host-side tools make what they write the sandbox user's as they write it)."""
-    if not _AS_ROOT: return
+    if not _AS_ROOT:
+        return
     u = SANDBOX_UID
-    if os.stat(workspace, follow_symlinks=False).st_uid != u: os.chown(workspace, u, u, follow_symlinks=False)
+    if os.stat(workspace, follow_symlinks=False).st_uid != u:
+        os.chown(workspace, u, u, follow_symlinks=False)
     for _, dfd, dirs, files in Walk(workspace):
         for name in dirs + files:
             try:
                 if os.stat(name, dir_fd=dfd, follow_symlinks=False).st_uid != u:
                     os.chown(name, u, u, dir_fd=dfd, follow_symlinks=False)
-            except FileNotFoundError: pass   # removed meanwhile by a running command
+            except FileNotFoundError:
+                pass  # removed meanwhile by a running command
 
 # %% ../../nbs/41_workspace.ipynb #12c016-10
 def _sweep_stale():
     "Remove temp dirs (and their mounts) left by processes of ours that died without running atexit (SIGKILL, SIGTERM)."
     for d in Path(tempfile.gettempdir()).glob("c2-*"):
         m = re.match(r"c2-(?:workspaces|sandbox-host)-(\d+)-", d.name)
-        if m and not os.path.exists(f"/proc/{m[1]}"): _rmtree_mounted(d)
+        if m and not os.path.exists(f"/proc/{m[1]}"):
+            _rmtree_mounted(d)
     _sweep_cgroups()
 
 # %% ../../nbs/41_workspace.ipynb #12c016-11
@@ -138,31 +167,47 @@ def _write_files(ws: Path, files: dict[str, str]):
     made = set()
     for rel, text in files.items():
         parts = _parts(_relative(rel))
-        if not parts or ".." in parts: raise C2Error(f"bad workspace file name {rel!r}")
+        if not parts or ".." in parts:
+            raise C2Error(f"bad workspace file name {rel!r}")
         for i in range(1, len(parts)):
             sub = "/".join(parts[:i])
             if sub not in made:
-                try: os.mkdir(ws / sub, 0o755)
-                except FileExistsError: pass
+                try:
+                    os.mkdir(ws / sub, 0o755)
+                except FileExistsError:
+                    pass
                 made.add(sub)
         fd = os.open(ws / "/".join(parts), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try: _write_all(fd, _encode(text, rel))
-        finally: os.close(fd)
+        try:
+            _write_all(fd, _encode(text, rel))
+        finally:
+            os.close(fd)
 
 # %% ../../nbs/41_workspace.ipynb #12c016-13
 def _mount_workspace(ws: Path, limits: SandboxConfig) -> bool:
     "Mount a tmpfs of `limits.workspace_mb` / `workspace_inodes` on `ws` (root only); False when not possible here."
-    if not _AS_ROOT or limits.workspace_mb <= 0: return False
+    if not _AS_ROOT or limits.workspace_mb <= 0:
+        return False
     try:
-        _mount("c2-workspace", ws, "tmpfs", _MS_NOSUID | _MS_NODEV,
-               f"size={limits.workspace_mb}m,nr_inodes={limits.workspace_inodes},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_UID}")
-    except OSError: return False   # no CAP_SYS_ADMIN (a container): a plain directory
-    try: _mount(None, ws, None, _MS_PRIVATE)   # never propagated to other mount namespaces
-    except OSError: pass
+        _mount(
+            "c2-workspace",
+            ws,
+            "tmpfs",
+            _MS_NOSUID | _MS_NODEV,
+            f"size={limits.workspace_mb}m,nr_inodes={limits.workspace_inodes},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_UID}",
+        )
+    except OSError:
+        return False  # no CAP_SYS_ADMIN (a container): a plain directory
+    try:
+        _mount(None, ws, None, _MS_PRIVATE)  # never propagated to other mount namespaces
+    except OSError:
+        pass
     return True
 
 # %% ../../nbs/41_workspace.ipynb #12c016-14
-def make_workspace(src: Path | str | dict[str, str], root: Path | str | None = None, limits: SandboxConfig | None = None) -> Path:
+def make_workspace(
+    src: Path | str | dict[str, str], root: Path | str | None = None, limits: SandboxConfig | None = None
+) -> Path:
     """A fresh private copy of directory `src` (or of the files `{relative path: text}`) under `root`; returns its path.
     As root it is a tmpfs capped by `limits.workspace_mb` and `limits.workspace_inodes` (default `SandboxConfig()`)."""
     root = Path(root) if root else default_root()
@@ -170,17 +215,21 @@ def make_workspace(src: Path | str | dict[str, str], root: Path | str | None = N
     ws = Path(tempfile.mkdtemp(prefix="ws-", dir=root))
     try:
         _mount_workspace(ws, limits or SandboxConfig())
-        if isinstance(src, dict): _write_files(ws, src)
+        if isinstance(src, dict):
+            _write_files(ws, src)
         else:
-            if not Path(src).is_dir(): raise C2Error(f"workspace source {src} is not a directory")
+            if not Path(src).is_dir():
+                raise C2Error(f"workspace source {src} is not a directory")
             shutil.copytree(src, ws, symlinks=True, dirs_exist_ok=True)
         give_to_sandbox(ws)
     except OSError as e:
         _rmtree_mounted(ws)
-        if e.errno in (errno.ENOSPC, errno.EDQUOT): raise C2Error(f"the task does not fit in a workspace (workspace_mb / workspace_inodes): {e}") from None
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise C2Error(f"the task does not fit in a workspace (workspace_mb / workspace_inodes): {e}") from None
         raise
     except BaseException:
-        _rmtree_mounted(ws); raise
+        _rmtree_mounted(ws)
+        raise
     return ws
 
 # %% ../../nbs/41_workspace.ipynb #12c016-15
@@ -193,7 +242,10 @@ def remove_workspace(path: Path | str) -> None:
     """Delete a workspace made by `make_workspace` (idempotent; never follows symlinks out of it; unmounts its tmpfs;
     a tree of any depth)."""
     p = Path(path)
-    if not p.name.startswith("ws-"): raise C2Error(f"{p} is not a workspace made by make_workspace")
-    if not p.exists() and not p.is_symlink(): return
+    if not p.name.startswith("ws-"):
+        raise C2Error(f"{p} is not a workspace made by make_workspace")
+    if not p.exists() and not p.is_symlink():
+        return
     _rmtree_mounted(p)
-    if p.exists() or p.is_symlink(): _remove_tree(p, ignore_errors=False)   # what is left is an error worth seeing
+    if p.exists() or p.is_symlink():
+        _remove_tree(p, ignore_errors=False)  # what is left is an error worth seeing

@@ -8,8 +8,16 @@ import datetime as dt, json, math, os, pickle, re, secrets
 import shutil, subprocess
 from pathlib import Path
 from ..core import C2Error
-from .registry import (STUDIES, jobs_dir, load_scale, resolve_params, results_root,
-                                        split_assignment, studies_dir, study_scales)
+from composer2.studies.registry import (
+    STUDIES,
+    jobs_dir,
+    load_scale,
+    resolve_params,
+    results_root,
+    split_assignment,
+    studies_dir,
+    study_scales,
+)
 from .runner import StudyFailed, build_index, check_out_dir, default_out, run_study
 
 # %% auto #0
@@ -25,7 +33,8 @@ def slurm_env() -> dict:
     env = dict(os.environ)
     if not env.get("SLURM_CONF"):
         conf = Path(env.get("C2_SLURM_DIR") or LOCAL_SLURM_DIR) / "etc" / "slurm.conf"
-        if conf.is_file(): env["SLURM_CONF"] = str(conf)
+        if conf.is_file():
+            env["SLURM_CONF"] = str(conf)
     return env
 
 # %% ../../nbs/92_dispatch.ipynb #08c021-2
@@ -43,9 +52,12 @@ def slurm_problem() -> str | None:
     if conf and not Path(conf).is_file():
         return f"no Slurm config at SLURM_CONF={conf}: start a local cluster with `make slurm-up`, or point SLURM_CONF at yours"
     where = conf or "/etc/slurm/slurm.conf"
-    try: r = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10, env=env)
-    except subprocess.TimeoutExpired: return f"no Slurm controller answers (scontrol ping timed out; config {where}): start one with `make slurm-up`"
-    except OSError as e: return f"scontrol ping failed ({e})"
+    try:
+        r = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10, env=env)
+    except subprocess.TimeoutExpired:
+        return f"no Slurm controller answers (scontrol ping timed out; config {where}): start one with `make slurm-up`"
+    except OSError as e:
+        return f"scontrol ping failed ({e})"
     if r.returncode != 0 or "UP" not in r.stdout:
         return f"no Slurm controller answers (scontrol ping, config {where}): start one with `make slurm-up`"
     return None
@@ -53,18 +65,32 @@ def slurm_problem() -> str | None:
 # %% ../../nbs/92_dispatch.ipynb #08c021-4
 class StudyJob:
     "The callable a submitit job runs: `run_study` in the job's process; requeued from its checkpoint on preemption."
+
     def __call__(self, name: str, scale: str, out: str, params: dict) -> dict:
         res = run_study(name, scale, out, params, quiet=True)
-        return {"study": name, "scale": scale, "out": out, "status": res["status"],
-                "claims_hold": sum(c["holds"] for c in res["claims"]), "claims": len(res["claims"])}
+        return {
+            "study": name,
+            "scale": scale,
+            "out": out,
+            "status": res["status"],
+            "claims_hold": sum(c["holds"] for c in res["claims"]),
+            "claims": len(res["claims"]),
+        }
+
     def checkpoint(self, name, scale, out, params):
         "Called by submitit on USR2 (preemption / timeout): resubmit the same call; the notebook's Checkpoint resumes."
         import submitit
+
         return submitit.helpers.DelayedSubmission(self, name, scale, out, params)
 
 # %% ../../nbs/92_dispatch.ipynb #08c021-5
-RESOURCE_KEYS = {"partition": "slurm_partition", "timeout_min": "timeout_min", "cpus_per_task": "cpus_per_task",
-                 "gpus_per_node": "gpus_per_node", "mem_gb": "mem_gb"}
+RESOURCE_KEYS = {
+    "partition": "slurm_partition",
+    "timeout_min": "timeout_min",
+    "cpus_per_task": "cpus_per_task",
+    "gpus_per_node": "gpus_per_node",
+    "mem_gb": "mem_gb",
+}
 
 # %% ../../nbs/92_dispatch.ipynb #08c021-6
 def job_resources(name: str, scale: str, **flags) -> dict:
@@ -72,7 +98,8 @@ def job_resources(name: str, scale: str, **flags) -> dict:
     res = {"partition": None, "timeout_min": 30, "cpus_per_task": 1, "gpus_per_node": 0, "mem_gb": 2}
     sc = load_scale(name, scale)["slurm"]
     for k, v in list(sc.items()) + [(k, v) for k, v in flags.items() if v is not None]:
-        if k not in RESOURCE_KEYS: raise C2Error(f"unknown Slurm resource {k!r} (allowed: {', '.join(RESOURCE_KEYS)})")
+        if k not in RESOURCE_KEYS:
+            raise C2Error(f"unknown Slurm resource {k!r} (allowed: {', '.join(RESOURCE_KEYS)})")
         if k != "partition" and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
             raise C2Error(f"Slurm resource {k} must be a non-negative number, got {v!r}")
         res[k] = v
@@ -85,7 +112,8 @@ def expand_sweeps(name: str, scale: str, base: dict, sweeps=()) -> list[dict]:
     for s in sweeps:
         k, vals = split_assignment(s, "--sweep")
         values = [v for v in vals.split(",") if v.strip()]
-        if not values: raise C2Error(f"--sweep {s!r} lists no values")
+        if not values:
+            raise C2Error(f"--sweep {s!r} lists no values")
         combos = [resolve_params(name, scale, {**c, k: v}) for c in combos for v in values]
     return combos
 
@@ -93,42 +121,76 @@ def expand_sweeps(name: str, scale: str, base: dict, sweeps=()) -> list[dict]:
 def _record_jobs(records: list[dict]):
     jobs_dir().mkdir(parents=True, exist_ok=True)
     with open(jobs_dir() / "jobs.jsonl", "a") as f:
-        for r in records: f.write(json.dumps(r) + "\n")
+        for r in records:
+            f.write(json.dumps(r) + "\n")
 
 # %% ../../nbs/92_dispatch.ipynb #08c021-9
-def submit_study(name: str, scale: str = "cpu", executor: str = "local", sweeps=(), overrides=(), out=None,
-                 wait: bool = False, **resources) -> list:
+def submit_study(
+    name: str,
+    scale: str = "cpu",
+    executor: str = "local",
+    sweeps=(),
+    overrides=(),
+    out=None,
+    wait: bool = False,
+    **resources,
+) -> list:
     "Submit a study (or a sweep of it, one job array) through submitit; return the submitit jobs."
     import submitit
-    if executor not in ("local", "slurm"): raise C2Error(f"unknown executor {executor!r} (choose from local, slurm)")
+
+    if executor not in ("local", "slurm"):
+        raise C2Error(f"unknown executor {executor!r} (choose from local, slurm)")
     base = resolve_params(name, scale, overrides)
     combos = expand_sweeps(name, scale, base, sweeps)
     out = Path(out or default_out(name, scale)).resolve()
     swept = [split_assignment(s, "--sweep")[0] for s in sweeps]
     outs = [out / "sweep" / ",".join(f"{k}={c[k]}" for k in swept) if swept else out for c in combos]
-    for o in outs: check_out_dir(o, name)
+    for o in outs:
+        check_out_dir(o, name)
     res = job_resources(name, scale, **resources)
     if executor == "slurm":
         problem = slurm_problem()
-        if problem: raise C2Error(f"--executor slurm: {problem}")
+        if problem:
+            raise C2Error(f"--executor slurm: {problem}")
         use_slurm_env()
     folder = jobs_dir() / f"{dt.datetime.now():%Y%m%d-%H%M%S}-{name}-{scale}-{secrets.token_hex(3)}"
     ex = submitit.AutoExecutor(folder=folder, cluster=executor)
-    kw = {"name": f"c2-{name}-{scale}", "timeout_min": int(math.ceil(res["timeout_min"])), "cpus_per_task": int(res["cpus_per_task"]),
-          "mem_gb": res["mem_gb"]}
-    if res["gpus_per_node"]: kw["gpus_per_node"] = int(res["gpus_per_node"])
-    if executor == "slurm" and res["partition"]: kw["slurm_partition"] = res["partition"]
+    kw = {
+        "name": f"c2-{name}-{scale}",
+        "timeout_min": int(math.ceil(res["timeout_min"])),
+        "cpus_per_task": int(res["cpus_per_task"]),
+        "mem_gb": res["mem_gb"],
+    }
+    if res["gpus_per_node"]:
+        kw["gpus_per_node"] = int(res["gpus_per_node"])
+    if executor == "slurm" and res["partition"]:
+        kw["slurm_partition"] = res["partition"]
     ex.update_parameters(**kw)
     job_fn = StudyJob()
-    if len(combos) == 1: jobs = [ex.submit(job_fn, name, scale, str(outs[0]), combos[0])]
+    if len(combos) == 1:
+        jobs = [ex.submit(job_fn, name, scale, str(outs[0]), combos[0])]
     else:
         with ex.batch():
             pending = [ex.submit(job_fn, name, scale, str(o), c) for o, c in zip(outs, combos)]
         jobs = list(pending)
     now = dt.datetime.now().isoformat(timespec="seconds")
-    _record_jobs([{"job_id": j.job_id, "study": name, "scale": scale, "executor": executor, "folder": str(folder),
-                   "out": str(o), "params": c, "submitted": now} for j, o, c in zip(jobs, outs, combos)])
-    if wait: wait_jobs(jobs)
+    _record_jobs(
+        [
+            {
+                "job_id": j.job_id,
+                "study": name,
+                "scale": scale,
+                "executor": executor,
+                "folder": str(folder),
+                "out": str(o),
+                "params": c,
+                "submitted": now,
+            }
+            for j, o, c in zip(jobs, outs, combos)
+        ]
+    )
+    if wait:
+        wait_jobs(jobs)
     return jobs
 
 # %% ../../nbs/92_dispatch.ipynb #08c021-10
@@ -136,42 +198,60 @@ def wait_jobs(jobs) -> list[dict]:
     "Block until every job ends; return their summaries; raise `StudyFailed` naming the jobs that failed."
     out, failed = [], []
     for j in jobs:
-        try: out.append(j.result())
-        except Exception as e:   # submitit re-raises the job's error (or UncompletedJobError)
+        try:
+            out.append(j.result())
+        except Exception as e:  # submitit re-raises the job's error (or UncompletedJobError)
             lines = [l for l in str(e).strip().splitlines() if l.strip()]
             failed.append(f"job {j.job_id}: {lines[-1] if lines else type(e).__name__}")
-    if failed: raise StudyFailed("; ".join(failed))
+    if failed:
+        raise StudyFailed("; ".join(failed))
     return out
 
 # %% ../../nbs/92_dispatch.ipynb #08c026
 def _local_state(rec) -> str:
     res = Path(rec["folder"]) / f"{rec['job_id']}_0_result.pkl"
     if res.is_file():
-        try: kind = pickle.loads(res.read_bytes())[0]
-        except Exception: return "UNKNOWN"
+        try:
+            kind = pickle.loads(res.read_bytes())[0]
+        except Exception:
+            return "UNKNOWN"
         return "COMPLETED" if kind == "success" else "FAILED"
-    try: os.kill(int(str(rec["job_id"]).split("_")[0]), 0); return "RUNNING"
-    except (ProcessLookupError, ValueError): return "INTERRUPTED"
-    except PermissionError: return "RUNNING"
+    try:
+        os.kill(int(str(rec["job_id"]).split("_")[0]), 0)
+        return "RUNNING"
+    except (ProcessLookupError, ValueError):
+        return "INTERRUPTED"
+    except PermissionError:
+        return "RUNNING"
 
 # %% ../../nbs/92_dispatch.ipynb #08c026-1
 def _sacct_states(ids: list[str]) -> dict:
-    if not ids: return {}
+    if not ids:
+        return {}
     try:
-        r = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(sorted({i.split("_")[0] for i in ids}))],
-                           capture_output=True, text=True, timeout=30, env=slurm_env())
-    except (OSError, subprocess.TimeoutExpired) as e: return {i: f"UNKNOWN ({type(e).__name__})" for i in ids}
-    if r.returncode != 0: return {i: "UNKNOWN (sacct failed)" for i in ids}
+        r = subprocess.run(
+            ["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(sorted({i.split("_")[0] for i in ids}))],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=slurm_env(),
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {i: f"UNKNOWN ({type(e).__name__})" for i in ids}
+    if r.returncode != 0:
+        return {i: "UNKNOWN (sacct failed)" for i in ids}
     states = {}
     for line in r.stdout.splitlines():
-        if "|" not in line: continue
+        if "|" not in line:
+            continue
         jid, state = line.split("|", 1)
-        states[jid] = state.split()[0]   # 'CANCELLED by 0' -> 'CANCELLED'
-        m = re.fullmatch(r"(\d+)_\[(.*)\]", jid)   # a pending array: 12_[0-3]
+        states[jid] = state.split()[0]  # 'CANCELLED by 0' -> 'CANCELLED'
+        m = re.fullmatch(r"(\d+)_\[(.*)\]", jid)  # a pending array: 12_[0-3]
         if m:
             for part in m.group(2).split(","):
                 a, _, b = part.partition("-")
-                for t in range(int(a), int(b or a) + 1): states.setdefault(f"{m.group(1)}_{t}", state.split()[0])
+                for t in range(int(a), int(b or a) + 1):
+                    states.setdefault(f"{m.group(1)}_{t}", state.split()[0])
     return {i: states.get(i, "UNKNOWN") for i in ids}
 
 # %% ../../nbs/92_dispatch.ipynb #08c026-2
@@ -181,7 +261,8 @@ def study_jobs(limit: int | None = 20) -> list[dict]:
     recs = [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.is_file() else []
     recs = recs[-limit:] if limit else recs
     slurm = _sacct_states([r["job_id"] for r in recs if r["executor"] == "slurm"])
-    for r in recs: r["state"] = slurm[r["job_id"]] if r["executor"] == "slurm" else _local_state(r)
+    for r in recs:
+        r["state"] = slurm[r["job_id"]] if r["executor"] == "slurm" else _local_state(r)
     return recs
 
 # %% ../../nbs/92_dispatch.ipynb #1c687509
@@ -189,48 +270,70 @@ def scratch_seconds(name: str, scale: str = "cpu") -> float | None:
     """What study `name` takes at `scale` on a fresh machine, by its last run here (`results.json` under
     `results_root()`): its `scratch_s` (wall time plus the training it found in its run cache), else its wall time;
     None if it never ran here."""
-    try: res = json.loads((default_out(name, scale) / "results.json").read_text())
-    except (OSError, ValueError): return None
+    try:
+        res = json.loads((default_out(name, scale) / "results.json").read_text())
+    except (OSError, ValueError):
+        return None
     v = res.get("scratch_s", res.get("wall_time_s"))
     return float(v) if isinstance(v, (int, float)) else None
+
 
 def _minutes_left(names, scale) -> str:
     t = [scratch_seconds(n, scale) for n in names]
     unknown = sum(v is None for v in t)
     return f"~{sum(v for v in t if v) / 60:.0f} min" + (f" plus {unknown} never run here" if unknown else "")
 
+
 def reproduce_plan(scale: str = "cpu") -> str:
     """What `reproduce` is about to do, in words: each study with the minutes it takes from scratch by its last run at
     this scale (`scratch_seconds`), the total, and where the results go."""
-    parts = [f"{n} ~{max(s / 60, 1):.0f} min" if (s := scratch_seconds(n, scale)) is not None else f"{n} (never run here)" for n in STUDIES]
+    parts = [
+        f"{n} ~{max(s / 60, 1):.0f} min" if (s := scratch_seconds(n, scale)) is not None else f"{n} (never run here)"
+        for n in STUDIES
+    ]
     where = results_root()
     note = " (the committed results: they are replaced)" if where == (studies_dir() / "results").resolve() else ""
-    return (f"{len(STUDIES)} studies at scale {scale}: {', '.join(parts)}; {_minutes_left(STUDIES, scale)} in all, timed by "
-            f"their last runs with the training found in their run caches (what a fresh machine pays). Results go to {where}{note}.")
+    return (
+        f"{len(STUDIES)} studies at scale {scale}: {', '.join(parts)}; {_minutes_left(STUDIES, scale)} in all, timed by "
+        f"their last runs with the training found in their run caches (what a fresh machine pays). Results go to {where}{note}."
+    )
 
 # %% ../../nbs/92_dispatch.ipynb #08c029
 def reproduce(scale: str = "cpu", executor: str = "local") -> list[str]:
     "Run every study at `scale` (locally or on Slurm), rebuild the index; return the names of the studies that failed."
     for n in STUDIES:
-        if scale not in study_scales(n): raise C2Error(f"unknown scale {scale!r} for study {n} (choose from {', '.join(study_scales(n))})")
-    if executor not in ("local", "slurm"): raise C2Error(f"unknown executor {executor!r} (choose from local, slurm)")
-    if executor == "slurm" and (p := slurm_problem()): raise C2Error(f"--executor slurm: {p}")
+        if scale not in study_scales(n):
+            raise C2Error(f"unknown scale {scale!r} for study {n} (choose from {', '.join(study_scales(n))})")
+    if executor not in ("local", "slurm"):
+        raise C2Error(f"unknown executor {executor!r} (choose from local, slurm)")
+    if executor == "slurm" and (p := slurm_problem()):
+        raise C2Error(f"--executor slurm: {p}")
     print(reproduce_plan(scale), flush=True)
     failed = []
     if executor == "local":
         names = list(STUDIES)
         for i, n in enumerate(names):
-            try: run_study(n, scale, rebuild_index=False)
-            except StudyFailed as e: print(f"{n} ({scale}): FAILED: {e}", flush=True); failed.append(n)
-            if i + 1 < len(names): print(f"reproduce: {i + 1} of {len(names)} studies done, {_minutes_left(names[i + 1:], scale)} left", flush=True)
+            try:
+                run_study(n, scale, rebuild_index=False)
+            except StudyFailed as e:
+                print(f"{n} ({scale}): FAILED: {e}", flush=True)
+                failed.append(n)
+            if i + 1 < len(names):
+                print(
+                    f"reproduce: {i + 1} of {len(names)} studies done, {_minutes_left(names[i + 1 :], scale)} left",
+                    flush=True,
+                )
     else:
         jobs = {n: submit_study(n, scale, "slurm") for n in STUDIES}
         for n, js in jobs.items():
             print(f"{n} ({scale}): submitted Slurm job {js[0].job_id}", flush=True)
         for n, js in jobs.items():
             try:
-                for s in wait_jobs(js): print(f"{n} ({scale}): {s['claims_hold']} of {s['claims']} claims hold -> {s['out']}", flush=True)
-            except StudyFailed as e: print(f"{n} ({scale}): FAILED: {e}", flush=True); failed.append(n)
+                for s in wait_jobs(js):
+                    print(f"{n} ({scale}): {s['claims_hold']} of {s['claims']} claims hold -> {s['out']}", flush=True)
+            except StudyFailed as e:
+                print(f"{n} ({scale}): FAILED: {e}", flush=True)
+                failed.append(n)
     idx = build_index(results_root())
     print(f"index: {idx} and {idx.with_suffix('.html')}", flush=True)
     return failed

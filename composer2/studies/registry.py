@@ -24,6 +24,7 @@ class Study:
     """A registered study: its notebook reproduces `reproduces` (a figure or claim of the report), which found `finding`.
     A study that `shares` another's runs (arms beside that study's, from the same checkpoints) takes that study's scale
     file `config:` first, so both resolve to the same settings and find each other's runs in one run cache."""
+
     name: str
     reproduces: str
     title: str
@@ -31,47 +32,98 @@ class Study:
     shares: str = ""
 
     @property
-    def notebook(self) -> Path: return studies_dir() / f"{self.name}.ipynb"
+    def notebook(self) -> Path:
+        return studies_dir() / f"{self.name}.ipynb"
+
     @property
-    def configs(self) -> Path: return studies_dir() / "configs" / self.name
+    def configs(self) -> Path:
+        return studies_dir() / "configs" / self.name
 
 # %% ../../nbs/90_studies.ipynb #08c005-1
-STUDIES = {s.name: s for s in [
-    Study("kl_estimators", "Figure 4", "Bias and variance of the KL estimators k1, k2, k3 against the true KL",
-          "k1 = -log r and k3 = (r - 1) - log r are unbiased, k2 = (log r)^2 / 2 is biased; between two unit-variance "
-          "Gaussians k3's variance blows up as the KL grows. The report uses k1."),
-    Study("length_penalty", "Figure 6", "The concave length penalty C(x), and why a concave penalty does not starve hard tasks",
-          "C(x) = ((1 + kx)^(1-q) - 1) / (k(1-q)) is concave and increasing: each extra unit of effort costs more on easy "
-          "tasks than on long ones (k, q and the effort weights are not published)."),
-    Study("cpt_loss", "Figure 2 (right)", "Internal-codebase loss of continued pretraining at three compute levels, log-linear in tokens",
-          "Internal-codebase loss falls log-linearly with training at three log-spaced compute levels; more compute ends lower."),
-    Study("c2bench", "Figure 7", "c2bench, a bug-fix benchmark from real code: lines changed, prompt length, categories, validity",
-          "CursorBench: median 181 lines changed (SWE-bench: 7-10) and a median task description of 390 characters "
-          "(public benchmarks: 1,185-3,055)."),
-    Study("best_of_k", "Figure 5", "Held-out pass@1 and best-of-K before and during RL from the SFT checkpoint",
-          "During RL the average reward and best-of-K both rise on a held-out set: no trade-off, RL widens the set of "
-          "problems solved rather than only sharpening."),
-    Study("rl_systems", "Section 4/6", "Async vs sync RL at one staleness bound; router replay and the train/inference mismatch; weight deltas",
-          "Highly asynchronous RL with in-flight weight updates stays near on-policy; router replay (with the plausibility "
-          "fallback) cuts the train/inference mismatch, p99 included; weights sync fast."),
-    Study("mxfp8_parity", "Section 6", "MoE training with MXFP8 experts against full precision from one init; NVFP4 experts' forward logits",
-          "Training with MXFP8 expert GEMMs matched BF16's loss over 10k steps; rollouts run the forward pass in NVFP4 "
-          "(with an FP32 per-token scale)."),
-    Study("mtp_speculation", "Section 3", "MTP modules trained by self-distillation vs hard labels: draft acceptance, tokens per forward, exact speculative decoding",
-          "MTP layers trained by self-distillation (the main head's distribution as the target) give a higher acceptance "
-          "rate in speculative decoding, hence more tokens per forward of the main model."),
-    Study("grpo_variants", "Section 4.1", "Dr. GRPO against GRPO's std and length normalisations and overlong masking, from one SFT checkpoint",
-          "Dividing by the group's std over-weights groups whose rollouts are all equally correct, and length normalisation "
-          "biases length (failed episodes grow longer); Dr. GRPO drops both; masking overlong rollouts brought no benefit.",
-          shares="best_of_k"),
-    Study("self_summary", "Section 4.1", "Self-summary vs prompt-based compaction vs truncation on long-horizon tasks, RL from one SFT checkpoint",
-          "Self-summarisation trained with the final reward halved the error of a prompt-based compaction baseline with about a "
-          "fifth of the tokens, reusing the KV cache; hard tasks summarise several times."),
-    Study("cpt_to_rl", "Figure 2 (left)", "Post-SFT loss at three continued-pretraining levels against the reward of identical RL runs",
-          "A lower loss after continued pretraining goes with a higher reward after a fixed amount of RL.", shares="best_of_k"),
-]}
+STUDIES = {
+    s.name: s
+    for s in [
+        Study(
+            "kl_estimators",
+            "Figure 4",
+            "Bias and variance of the KL estimators k1, k2, k3 against the true KL",
+            "k1 = -log r and k3 = (r - 1) - log r are unbiased, k2 = (log r)^2 / 2 is biased; between two unit-variance "
+            "Gaussians k3's variance blows up as the KL grows. The report uses k1.",
+        ),
+        Study(
+            "length_penalty",
+            "Figure 6",
+            "The concave length penalty C(x), and why a concave penalty does not starve hard tasks",
+            "C(x) = ((1 + kx)^(1-q) - 1) / (k(1-q)) is concave and increasing: each extra unit of effort costs more on easy "
+            "tasks than on long ones (k, q and the effort weights are not published).",
+        ),
+        Study(
+            "cpt_loss",
+            "Figure 2 (right)",
+            "Internal-codebase loss of continued pretraining at three compute levels, log-linear in tokens",
+            "Internal-codebase loss falls log-linearly with training at three log-spaced compute levels; more compute ends lower.",
+        ),
+        Study(
+            "c2bench",
+            "Figure 7",
+            "c2bench, a bug-fix benchmark from real code: lines changed, prompt length, categories, validity",
+            "CursorBench: median 181 lines changed (SWE-bench: 7-10) and a median task description of 390 characters "
+            "(public benchmarks: 1,185-3,055).",
+        ),
+        Study(
+            "best_of_k",
+            "Figure 5",
+            "Held-out pass@1 and best-of-K before and during RL from the SFT checkpoint",
+            "During RL the average reward and best-of-K both rise on a held-out set: no trade-off, RL widens the set of "
+            "problems solved rather than only sharpening.",
+        ),
+        Study(
+            "rl_systems",
+            "Section 4/6",
+            "Async vs sync RL at one staleness bound; router replay and the train/inference mismatch; weight deltas",
+            "Highly asynchronous RL with in-flight weight updates stays near on-policy; router replay (with the plausibility "
+            "fallback) cuts the train/inference mismatch, p99 included; weights sync fast.",
+        ),
+        Study(
+            "mxfp8_parity",
+            "Section 6",
+            "MoE training with MXFP8 experts against full precision from one init; NVFP4 experts' forward logits",
+            "Training with MXFP8 expert GEMMs matched BF16's loss over 10k steps; rollouts run the forward pass in NVFP4 "
+            "(with an FP32 per-token scale).",
+        ),
+        Study(
+            "mtp_speculation",
+            "Section 3",
+            "MTP modules trained by self-distillation vs hard labels: draft acceptance, tokens per forward, exact speculative decoding",
+            "MTP layers trained by self-distillation (the main head's distribution as the target) give a higher acceptance "
+            "rate in speculative decoding, hence more tokens per forward of the main model.",
+        ),
+        Study(
+            "grpo_variants",
+            "Section 4.1",
+            "Dr. GRPO against GRPO's std and length normalisations and overlong masking, from one SFT checkpoint",
+            "Dividing by the group's std over-weights groups whose rollouts are all equally correct, and length normalisation "
+            "biases length (failed episodes grow longer); Dr. GRPO drops both; masking overlong rollouts brought no benefit.",
+            shares="best_of_k",
+        ),
+        Study(
+            "self_summary",
+            "Section 4.1",
+            "Self-summary vs prompt-based compaction vs truncation on long-horizon tasks, RL from one SFT checkpoint",
+            "Self-summarisation trained with the final reward halved the error of a prompt-based compaction baseline with about a "
+            "fifth of the tokens, reusing the KV cache; hard tasks summarise several times.",
+        ),
+        Study(
+            "cpt_to_rl",
+            "Figure 2 (left)",
+            "Post-SFT loss at three continued-pretraining levels against the reward of identical RL runs",
+            "A lower loss after continued pretraining goes with a higher reward after a fixed amount of RL.",
+            shares="best_of_k",
+        ),
+    ]
+}
 SCALES = ["smoke", "cpu", "gpu"]
-RESERVED = {"scale": "--scale", "out_dir": "--out"}   # parameters the runner sets itself
+RESERVED = {"scale": "--scale", "out_dir": "--out"}  # parameters the runner sets itself
 
 # %% ../../nbs/90_studies.ipynb #08c005-2
 def studies_dir() -> Path:
@@ -91,7 +143,8 @@ def jobs_dir() -> Path:
 # %% ../../nbs/90_studies.ipynb #08c005-5
 def get_study(name: str) -> Study:
     "The registered study `name`, or a one-line error naming the registered ones."
-    if name not in STUDIES: raise C2Error(f"unknown study {name!r} (registered: {', '.join(STUDIES)})")
+    if name not in STUDIES:
+        raise C2Error(f"unknown study {name!r} (registered: {', '.join(STUDIES)})")
     return STUDIES[name]
 
 # %% ../../nbs/90_studies.ipynb #08c005-6
@@ -116,29 +169,49 @@ def notebook_parameters(path: Path) -> dict:
 
 # %% ../../nbs/90_studies.ipynb #08c008-1
 def _type_name(v):
-    return ("true or false" if isinstance(v, bool) else "an integer" if isinstance(v, int) else "a number" if isinstance(v, float)
-            else "a list" if isinstance(v, list) else "text" if isinstance(v, str) else type(v).__name__)
+    return (
+        "true or false"
+        if isinstance(v, bool)
+        else "an integer"
+        if isinstance(v, int)
+        else "a number"
+        if isinstance(v, float)
+        else "a list"
+        if isinstance(v, list)
+        else "text"
+        if isinstance(v, str)
+        else type(v).__name__
+    )
 
 # %% ../../nbs/90_studies.ipynb #08c008-2
 def coerce_param(study: str, name: str, value, default):
     "Check one parameter value against its default's type (text from the command line is parsed as YAML)."
     if isinstance(value, str) and not isinstance(default, str):
-        try: value = yaml.safe_load(value)
-        except yaml.YAMLError: pass
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError:
+            pass
     bad = C2Error(f"parameter {name} of study {study} must be {_type_name(default)}, got {value!r}")
-    if default is None: return value
+    if default is None:
+        return value
     if isinstance(default, bool):
-        if not isinstance(value, bool): raise bad
+        if not isinstance(value, bool):
+            raise bad
     elif isinstance(default, int):
-        if isinstance(value, bool) or not isinstance(value, int): raise bad
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad
     elif isinstance(default, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)): raise bad
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad
         value = float(value)
     elif isinstance(default, str):
-        if not isinstance(value, str): value = str(value)
+        if not isinstance(value, str):
+            value = str(value)
     elif isinstance(default, list):
-        if not isinstance(value, list): raise bad
-        if default: value = [coerce_param(study, f"{name}[{i}]", v, default[0]) for i, v in enumerate(value)]
+        if not isinstance(value, list):
+            raise bad
+        if default:
+            value = [coerce_param(study, f"{name}[{i}]", v, default[0]) for i, v in enumerate(value)]
     return value
 
 # %% ../../nbs/90_studies.ipynb #08c008-3
@@ -161,13 +234,21 @@ def load_scale(name: str, scale: str) -> dict:
     if scale not in study_scales(name):
         raise C2Error(f"unknown scale {scale!r} for study {name} (choose from {', '.join(study_scales(name))})")
     path = st.configs / f"{scale}.yaml"
-    try: data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e: raise C2Error(f"{path} is not valid YAML: {str(e).splitlines()[0]}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise C2Error(f"{path} is not valid YAML: {str(e).splitlines()[0]}")
     extra = set(data) - {"params", "config", "slurm"}
-    if extra: raise C2Error(f"{path}: unknown section(s) {', '.join(sorted(extra))} (allowed: params, config, slurm)")
+    if extra:
+        raise C2Error(f"{path}: unknown section(s) {', '.join(sorted(extra))} (allowed: params, config, slurm)")
     cfg = data.get("config") or {}
-    if not isinstance(cfg, dict): raise C2Error(f"{path}: config must map config keys (section.key) to values")
-    return {"params": data.get("params") or {}, "config": [config_override(k, v) for k, v in cfg.items()], "slurm": data.get("slurm") or {}}
+    if not isinstance(cfg, dict):
+        raise C2Error(f"{path}: config must map config keys (section.key) to values")
+    return {
+        "params": data.get("params") or {},
+        "config": [config_override(k, v) for k, v in cfg.items()],
+        "slurm": data.get("slurm") or {},
+    }
 
 # %% ../../nbs/90_studies.ipynb #08c008-5
 def resolve_params(name: str, scale: str, overrides=()) -> dict:
@@ -182,45 +263,65 @@ def resolve_params(name: str, scale: str, overrides=()) -> dict:
     out = {k: v for k, v in defaults.items() if k not in RESERVED}
     takes_config = "config" in out
     if sc["config"] and not takes_config:
-        raise C2Error(f"studies/configs/{name}/{scale}.yaml has a config section, but study {name} declares no config parameter")
+        raise C2Error(
+            f"studies/configs/{name}/{scale}.yaml has a config section, but study {name} declares no config parameter"
+        )
     config = [*(load_scale(st.shares, scale)["config"] if st.shares else []), *sc["config"]]
     for source, pairs in [(f"studies/configs/{name}/{scale}.yaml", sc["params"].items()), ("-p", items)]:
         for k, v in pairs:
-            if k in RESERVED: raise C2Error(f"parameter {k} is set by {RESERVED[k]}, not {source}")
+            if k in RESERVED:
+                raise C2Error(f"parameter {k} is set by {RESERVED[k]}, not {source}")
             if "." in k:
-                if not takes_config: raise C2Error(f"study {name} takes no config overrides ({k}); parameters: {', '.join(sorted(out))}")
+                if not takes_config:
+                    raise C2Error(f"study {name} takes no config overrides ({k}); parameters: {', '.join(sorted(out))}")
                 config.append(config_override(k, v))
-            elif k == "config" and takes_config and isinstance(v, list): config = [str(x) for x in v]   # an already resolved set (sweeps)
-            elif k == "config": raise C2Error(f"set config keys one by one: -p section.key=value (study {name})")
+            elif k == "config" and takes_config and isinstance(v, list):
+                config = [str(x) for x in v]  # an already resolved set (sweeps)
+            elif k == "config":
+                raise C2Error(f"set config keys one by one: -p section.key=value (study {name})")
             elif k not in out:
                 raise C2Error(f"unknown parameter {k!r} for study {name} (parameters: {', '.join(sorted(out))})")
-            else: out[k] = coerce_param(name, k, v, defaults[k])
+            else:
+                out[k] = coerce_param(name, k, v, defaults[k])
     if takes_config:
-        load_config("smoke", overrides=config)   # unknown keys and bad values: a one-line ConfigError now, not in the kernel
+        load_config(
+            "smoke", overrides=config
+        )  # unknown keys and bad values: a one-line ConfigError now, not in the kernel
         out["config"] = config
     return out
 
 # %% ../../nbs/90_studies.ipynb #08c011
-_OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, "<": lambda a, b: a < b,
-        "==": lambda a, b: a == b}
+_OPS = {
+    ">=": lambda a, b: a >= b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b,
+    "==": lambda a, b: a == b,
+}
 
 # %% ../../nbs/90_studies.ipynb #08c011-1
 def claim(id: str, statement: str, measured, threshold: str, figure: str | None = None) -> dict:
     "A claim of the report, the value measured for it and whether it holds against `threshold` (e.g. '>= 100')."
     m = re.fullmatch(r"\s*(>=|<=|==|>|<)\s*([-+0-9.eE]+)\s*", threshold)
-    if not m: raise ValueError(f"threshold {threshold!r} must look like '>= 100'")
+    if not m:
+        raise ValueError(f"threshold {threshold!r} must look like '>= 100'")
     measured = None if measured is None else float(measured)
     holds = measured is not None and math.isfinite(measured) and bool(_OPS[m.group(1)](measured, float(m.group(2))))
     out = {"id": id, "statement": statement, "measured": measured, "threshold": threshold.strip(), "holds": holds}
-    if figure: out["figure"] = figure
+    if figure:
+        out["figure"] = figure
     return out
 
 # %% ../../nbs/90_studies.ipynb #08c011-2
 def _jsonable(o):
-    if isinstance(o, dict): return {str(k): _jsonable(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)): return [_jsonable(v) for v in o]
-    if hasattr(o, "tolist"): return _jsonable(o.tolist())   # numpy / torch scalars and arrays
-    if isinstance(o, float) and not math.isfinite(o): return None
+    if isinstance(o, dict):
+        return {str(k): _jsonable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_jsonable(v) for v in o]
+    if hasattr(o, "tolist"):
+        return _jsonable(o.tolist())  # numpy / torch scalars and arrays
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
     return o
 
 # %% ../../nbs/90_studies.ipynb #08c011-3
@@ -228,7 +329,9 @@ def _write_json(path: Path, obj):
     atomic_write(path, json.dumps(_jsonable(obj), indent=1) + "\n")
 
 # %% ../../nbs/90_studies.ipynb #08c011-4
-def write_results(out_dir, study: str, scale: str, metrics: dict, claims: list[dict], cached_s: float = 0.0, **extra) -> Path:
+def write_results(
+    out_dir, study: str, scale: str, metrics: dict, claims: list[dict], cached_s: float = 0.0, **extra
+) -> Path:
     """Write `results.json` of a study run: metrics and claims (the runner adds params, versions, device, wall time).
     `cached_s`: seconds of training this run found done in the study's run cache (`cached_seconds`), which a run on a
     fresh machine pays on top of this one's wall time -- the runner's `scratch_s`, what `reproduce` plans with.
@@ -236,8 +339,19 @@ def write_results(out_dir, study: str, scale: str, metrics: dict, claims: list[d
     (`training_runs`), which the index checks against the code now."""
     get_study(study)
     path = Path(out_dir) / "results.json"
-    _write_json(path, {"study": study, "scale": scale, "status": "ok", "metrics": metrics, "claims": claims,
-                       "cached_s": round(float(cached_s), 1), "training": training_runs(), **extra})
+    _write_json(
+        path,
+        {
+            "study": study,
+            "scale": scale,
+            "status": "ok",
+            "metrics": metrics,
+            "claims": claims,
+            "cached_s": round(float(cached_s), 1),
+            "training": training_runs(),
+            **extra,
+        },
+    )
     return path
 
 # %% ../../nbs/90_studies.ipynb #08c011-4c
@@ -256,9 +370,10 @@ def load_results(out_dir) -> dict:
 def save_figure(fig, out_dir, name: str) -> list[Path]:
     "Save a matplotlib figure as NAME.png and NAME.svg in `out_dir` (SVG without timestamps, so reruns diff cleanly)."
     import matplotlib
+
     paths = [Path(out_dir) / f"{name}.png", Path(out_dir) / f"{name}.svg"]
     fig.savefig(paths[0], dpi=110, bbox_inches="tight", metadata={"Software": None})
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": name}):   # text stays text; stable ids
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": name}):  # text stays text; stable ids
         fig.savefig(paths[1], bbox_inches="tight", metadata={"Date": None, "Creator": None})
     return paths
 
@@ -267,20 +382,31 @@ def set_theme():
     """The project's figure style, set once at the top of a study's figure cells: seaborn's whitegrid on the 'deep'
     palette at notebook size, compact legends. Figures draw with seaborn (`lineplot`, `barplot`, `histplot`, ...)."""
     import seaborn as sns
-    sns.set_theme(style="whitegrid", context="notebook", palette="deep",
-                  rc={"legend.fontsize": 8, "legend.title_fontsize": 8, "axes.titlesize": 11, "figure.dpi": 110})
+
+    sns.set_theme(
+        style="whitegrid",
+        context="notebook",
+        palette="deep",
+        rc={"legend.fontsize": 8, "legend.title_fontsize": 8, "axes.titlesize": 11, "figure.dpi": 110},
+    )
     return sns
 
 # %% ../../nbs/90_studies.ipynb #08c011-7
 class Checkpoint:
     "Finished units of a study run, kept in `out_dir/checkpoint.json` under a key (the parameters they depend on)."
+
     def __init__(self, out_dir, key: dict):
         self.path, self.key = Path(out_dir) / "checkpoint.json", _jsonable(key)
         data = json.loads(self.path.read_text()) if self.path.is_file() else {}
         self.units = data.get("units", {}) if data.get("key") == self.key else {}
-        self.resumed = len(self.units)   # units found from an earlier, interrupted run
-    def __contains__(self, unit): return str(unit) in self.units
-    def get(self, unit): return self.units[str(unit)]
+        self.resumed = len(self.units)  # units found from an earlier, interrupted run
+
+    def __contains__(self, unit):
+        return str(unit) in self.units
+
+    def get(self, unit):
+        return self.units[str(unit)]
+
     def put(self, unit, value):
         "Record a finished unit (atomically: a job killed mid-write leaves the previous checkpoint)."
         self.units[str(unit)] = _jsonable(value)
@@ -291,6 +417,7 @@ class Checkpoint:
 def run_key(*parts) -> str:
     "A short stable hash of JSON-able `parts`: the name of a run made from exactly these settings."
     return hashlib.sha256(json.dumps(list(parts), default=str).encode()).hexdigest()[:12]
+
 
 def study_runs(name: str, key: str) -> Path:
     """Where study `name` keeps the training runs made from the settings hashed in `key` (`run_key`):
@@ -303,7 +430,13 @@ def study_runs(name: str, key: str) -> Path:
     return (root / "studies" / name / key).resolve()
 
 # %% ../../nbs/90_studies.ipynb #b0c7e1a3
-RUN_PLACES = ("pretrain.runs", "rl.runs", "rl.name", "train.out")   # where a run is stored and what it is called: not settings
+RUN_PLACES = (
+    "pretrain.runs",
+    "rl.runs",
+    "rl.name",
+    "train.out",
+)  # where a run is stored and what it is called: not settings
+
 
 def config_key(cfg, sections=None, exclude=()) -> str:
     """`run_key` of a resolved config: the settings of its `sections` (all by default) that differ from the library's
@@ -313,15 +446,23 @@ def config_key(cfg, sections=None, exclude=()) -> str:
     d, base = yaml.safe_load(to_yaml(cfg)), yaml.safe_load(to_yaml(type(cfg)()))
     out = {}
     for s, v in d.items():
-        if sections is not None and s not in sections: continue
+        if sections is not None and s not in sections:
+            continue
         if isinstance(v, dict):
-            v = {k: x for k, x in v.items() if x != (base.get(s) or {}).get(k, object()) and f"{s}.{k}" not in (*RUN_PLACES, *exclude)}
-            if v: out[s] = v
-        elif v != base.get(s): out[s] = v
+            v = {
+                k: x
+                for k, x in v.items()
+                if x != (base.get(s) or {}).get(k, object()) and f"{s}.{k}" not in (*RUN_PLACES, *exclude)
+            }
+            if v:
+                out[s] = v
+        elif v != base.get(s):
+            out[s] = v
     return run_key(yaml.safe_dump(out, sort_keys=True))
 
 # %% ../../nbs/90_studies.ipynb #b0c7e1a5
 PIPELINE_SECTIONS = ("data", "model", "train", "pretrain", "tasks", "sample", "sandbox", "reward")
+
 
 def pipeline_key(cfg, *extra) -> str:
     """`config_key` of what the pretraining pipeline's stages (base to SFT) depend on: every section but `rl` (and the

@@ -31,43 +31,56 @@ def default_out(name: str, scale: str) -> Path:
 def check_out_dir(out: Path, name: str):
     "Refuse an output dir that is a file, holds another study's results, or holds files of something else (a training run)."
     out = Path(out)
-    if out.exists() and not out.is_dir(): raise C2Error(f"output dir {out} is a file")
-    if not out.is_dir(): return
+    if out.exists() and not out.is_dir():
+        raise C2Error(f"output dir {out} is a file")
+    if not out.is_dir():
+        return
     res = out / "results.json"
     other = None
     if res.is_file():
-        try: other = json.loads(res.read_text()).get("study")
-        except (ValueError, OSError): other = "?"
+        try:
+            other = json.loads(res.read_text()).get("study")
+        except (ValueError, OSError):
+            other = "?"
     if other in (None, name):
         other = next((p.stem for p in out.glob("*.ipynb") if p.stem in STUDIES and p.stem != name), None)
     if other and other != name:
         raise C2Error(f"output dir {out} holds results of study {other!r}: choose another --out")
     ours = {"results.json", "checkpoint.json", f"{name}.ipynb", f"{name}.log"}
     if any(out.iterdir()) and not any((out / f).is_file() for f in ours):
-        raise C2Error(f"output dir {out} holds other files ({', '.join(sorted(p.name for p in out.iterdir())[:3])}, ...): "
-                      "a study writes into a new or empty folder, or one of its own earlier runs")
+        raise C2Error(
+            f"output dir {out} holds other files ({', '.join(sorted(p.name for p in out.iterdir())[:3])}, ...): "
+            "a study writes into a new or empty folder, or one of its own earlier runs"
+        )
 
 # %% ../../nbs/91_runner.ipynb #08c014-5
 def _kernel_name() -> str:
     from jupyter_client.kernelspec import KernelSpecManager
+
     return "composer2" if "composer2" in KernelSpecManager().find_kernel_specs() else "python3"
 
 # %% ../../nbs/91_runner.ipynb #08c014-6
 def _under(path: Path, root: Path) -> bool:
-    try: Path(path).resolve().relative_to(root.resolve()); return True
-    except ValueError: return False
+    try:
+        Path(path).resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
 
 # %% ../../nbs/91_runner.ipynb #b1b6e00f
-STUDY_CODE = ("composer2", "studies/{name}.ipynb", "studies/configs/{name}")   # what a study's results depend on
+STUDY_CODE = ("composer2", "studies/{name}.ipynb", "studies/configs/{name}")  # what a study's results depend on
+
 
 def is_stale(res: dict, root=None) -> bool | None:
     """Whether the code a result came from has changed since: a training run it used was trained at other code than the
     library's now (`stale_training`), the library's `code_digest` differs from the result's, or the library, the study's
     notebook or its configs (and the configs of the study it shares runs with) differ between the result's commit and
     the checkout. None when that cannot be told (no commit recorded, no git)."""
-    if stale_training(res) or res.get("code_digest") not in (None, code_digest()): return True
+    if stale_training(res) or res.get("code_digest") not in (None, code_digest()):
+        return True
     name, commit = res.get("study"), res.get("commit")
-    if not name or not commit: return None
+    if not name or not commit:
+        return None
     shared = STUDIES[name].shares if name in STUDIES else ""
     paths = [p.format(name=name) for p in STUDY_CODE] + ([STUDY_CODE[-1].format(name=shared)] if shared else [])
     r = git("diff", "--quiet", commit, "--", *paths, root=root)
@@ -76,8 +89,10 @@ def is_stale(res: dict, root=None) -> bool | None:
 # %% ../../nbs/91_runner.ipynb #44dfc0cc
 def cell_seconds(nb_path) -> list[float] | None:
     "Seconds each cell took in a notebook papermill executed (its per-cell metadata), or None when it has none."
-    try: cells = json.loads(Path(nb_path).read_text())["cells"]
-    except (OSError, ValueError, KeyError): return None
+    try:
+        cells = json.loads(Path(nb_path).read_text())["cells"]
+    except (OSError, ValueError, KeyError):
+        return None
     secs = [c.get("metadata", {}).get("papermill", {}).get("duration") for c in cells]
     return [float(s or 0) for s in secs] if any(secs) else None
 
@@ -86,24 +101,40 @@ class CellProgress(logging.Handler):
     """A terminal bar over a study's cells, fed by papermill's "Executing Cell N" log records: it counts in the
     previous run's seconds per cell when `expected` has one entry per cell (so time left is an estimate at this
     machine's pace), else in cells."""
+
     def __init__(self, desc: str, n_cells: int, expected: list[float] | None = None, disable: bool = False):
         super().__init__()
         from tqdm import tqdm
+
         self.n = n_cells
         self.cum = np.cumsum([0.0] + list(expected)) if expected and len(expected) == n_cells else None
-        fmt = ("{desc}: {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]" if self.cum is not None
-               else "{desc}: {n_fmt}/{total_fmt} cells|{bar}| [{elapsed}]")
-        self.bar = tqdm(total=round(self.cum[-1], 1) if self.cum is not None else n_cells, desc=desc, bar_format=fmt,
-                        disable=disable, dynamic_ncols=True, file=sys.stderr)
+        fmt = (
+            "{desc}: {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]"
+            if self.cum is not None
+            else "{desc}: {n_fmt}/{total_fmt} cells|{bar}| [{elapsed}]"
+        )
+        self.bar = tqdm(
+            total=round(self.cum[-1], 1) if self.cum is not None else n_cells,
+            desc=desc,
+            bar_format=fmt,
+            disable=disable,
+            dynamic_ncols=True,
+            file=sys.stderr,
+        )
+
     def emit(self, record):
         m = re.match(r"Executing Cell (\d+)", record.getMessage())
-        if not m: return
-        i = min(int(m.group(1)) - 1, self.n)   # cells finished before this one
+        if not m:
+            return
+        i = min(int(m.group(1)) - 1, self.n)  # cells finished before this one
         self.bar.n = round(self.cum[i], 1) if self.cum is not None else i
         self.bar.set_postfix_str(f"cell {i + 1}/{self.n}", refresh=True)
+
     def close(self):
-        if self.bar.total: self.bar.n = self.bar.total
-        self.bar.close(); super().close()
+        if self.bar.total:
+            self.bar.n = self.bar.total
+        self.bar.close()
+        super().close()
 
 # %% ../../nbs/91_runner.ipynb #7f653beb
 def clean_notebook(nb_path, root=None):
@@ -113,103 +144,163 @@ def clean_notebook(nb_path, root=None):
     nb = json.loads(nb_path.read_text())
     site = next((p for p in sys.path if p.endswith("site-packages")), None)
     subs = [(s.rstrip("/") + "/", r) for s, r in ([(site, "site-packages/")] if site else []) + [(str(root), "")]]
+
     def fix(t: str) -> str:
-        for a, b in subs: t = t.replace(a, b)
+        for a, b in subs:
+            t = t.replace(a, b)
         return t
+
     pm = nb.get("metadata", {}).get("papermill", {})
     for k in ("input_path", "output_path"):
-        if isinstance(pm.get(k), str): pm[k] = fix(pm[k])
+        if isinstance(pm.get(k), str):
+            pm[k] = fix(pm[k])
     for c in nb["cells"]:
         for o in c.get("outputs", []):
-            if "text" in o: o["text"] = [fix(t) for t in o["text"]] if isinstance(o["text"], list) else fix(o["text"])
-            if "traceback" in o: o["traceback"] = [fix(t) for t in o["traceback"]]
+            if "text" in o:
+                o["text"] = [fix(t) for t in o["text"]] if isinstance(o["text"], list) else fix(o["text"])
+            if "traceback" in o:
+                o["traceback"] = [fix(t) for t in o["traceback"]]
     atomic_write(nb_path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 # %% ../../nbs/91_runner.ipynb #7f653beb-1
 def render_html(nb_path) -> Path:
     "The notebook as a static HTML page beside it (nbconvert's lab template, figures inline), for reading in a browser."
     from nbconvert import HTMLExporter
+
     body, _ = HTMLExporter().from_filename(str(nb_path))
     out = Path(nb_path).with_suffix(".html")
     atomic_write(out, body)
     return out
 
 # %% ../../nbs/91_runner.ipynb #44b7031a
-def run_study(name: str, scale: str = "cpu", out=None, overrides=(), rebuild_index: bool | None = None, quiet: bool = False) -> dict:
+def run_study(
+    name: str, scale: str = "cpu", out=None, overrides=(), rebuild_index: bool | None = None, quiet: bool = False
+) -> dict:
     "Execute one study with papermill into `out` (default `results_root()/NAME/SCALE`); return its `results.json`."
     st = get_study(name)
     params = resolve_params(name, scale, overrides)
     out = Path(out or default_out(name, scale)).resolve()
     check_out_dir(out, name)
     out.mkdir(parents=True, exist_ok=True)
-    resuming = (out / "checkpoint.json").is_file()   # a requeued job: keep the log of the earlier attempt
-    try: last = json.loads((out / "results.json").read_text())   # what the previous run here took
-    except (OSError, ValueError): last = {}
-    expected = cell_seconds(out / f"{name}.ipynb")   # the previous run's seconds per cell, for the bar's time left
+    resuming = (out / "checkpoint.json").is_file()  # a requeued job: keep the log of the earlier attempt
+    try:
+        last = json.loads((out / "results.json").read_text())  # what the previous run here took
+    except (OSError, ValueError):
+        last = {}
+    expected = cell_seconds(out / f"{name}.ipynb")  # the previous run's seconds per cell, for the bar's time left
     for stale in ["results.json", f"{name}.ipynb", f"{name}.html"] + ([] if resuming else [f"{name}.log"]):
         (out / stale).unlink(missing_ok=True)
     log_path, nb_out = out / f"{name}.log", out / f"{name}.ipynb"
     started = dt.datetime.now(dt.timezone.utc).astimezone()
-    handler = logging.FileHandler(log_path); handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    pm_log = logging.getLogger("papermill"); pm_log.addHandler(handler); pm_log.setLevel(logging.INFO)
+    handler = logging.FileHandler(log_path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    pm_log = logging.getLogger("papermill")
+    pm_log.addHandler(handler)
+    pm_log.setLevel(logging.INFO)
     pm_log.propagate = False
     pm_log.info(f"study {name} ({st.reproduces}) at scale {scale} -> {out}; parameters {json.dumps(params)}")
     if not quiet:
-        w, s = last.get("wall_time_s"), last.get("scratch_s")   # s: with the training it found in the run cache
-        took = "no earlier run here" if not isinstance(w, (int, float)) else f"the last run here took {w / 60:.0f} min" + (
-            f" ({s / 60:.0f} min counting the training it reused from the run cache)" if isinstance(s, (int, float)) and s > w + 60 else "")
+        w, s = last.get("wall_time_s"), last.get("scratch_s")  # s: with the training it found in the run cache
+        took = (
+            "no earlier run here"
+            if not isinstance(w, (int, float))
+            else f"the last run here took {w / 60:.0f} min"
+            + (
+                f" ({s / 60:.0f} min counting the training it reused from the run cache)"
+                if isinstance(s, (int, float)) and s > w + 60
+                else ""
+            )
+        )
         print(f"{name} ({scale}): started {started:%H:%M}, {took}; log: {log_path}", flush=True)
-    n_cells = len(json.loads(st.notebook.read_text())["cells"]) + 1   # + the parameters cell papermill injects
-    bar = CellProgress(f"{name} ({scale})", n_cells, expected, disable=quiet); pm_log.addHandler(bar)
+    n_cells = len(json.loads(st.notebook.read_text())["cells"]) + 1  # + the parameters cell papermill injects
+    bar = CellProgress(f"{name} ({scale})", n_cells, expected, disable=quiet)
+    pm_log.addHandler(bar)
     env_backup = os.environ.get("MPLBACKEND")
     os.environ["MPLBACKEND"] = "Agg"
     t0, error = time.time(), None
     try:
         import papermill as pm
         from papermill.exceptions import PapermillExecutionError
-        pm.execute_notebook(str(st.notebook), str(nb_out), parameters={**params, "scale": scale, "out_dir": "."},
-                            kernel_name=_kernel_name(), cwd=str(out), log_output=True, progress_bar=False,
-                            extra_arguments=["--IPKernelApp.log_level=ERROR"])   # no TCP-transport warning on the terminal
+
+        pm.execute_notebook(
+            str(st.notebook),
+            str(nb_out),
+            parameters={**params, "scale": scale, "out_dir": "."},
+            kernel_name=_kernel_name(),
+            cwd=str(out),
+            log_output=True,
+            progress_bar=False,
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],
+        )  # no TCP-transport warning on the terminal
     except PapermillExecutionError as e:
         error = f"cell {e.exec_count}: {e.ename}: {str(e.evalue).splitlines()[0] if str(e.evalue) else ''}".rstrip(": ")
-        pm_log.error("study failed in " + error + "\n" + "\n".join(re.sub(r"\x1b\[[0-9;]*m", "", t) for t in e.traceback))
-    except Exception as e:   # the kernel died, a timeout, ...
+        pm_log.error(
+            "study failed in " + error + "\n" + "\n".join(re.sub(r"\x1b\[[0-9;]*m", "", t) for t in e.traceback)
+        )
+    except Exception as e:  # the kernel died, a timeout, ...
         error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         pm_log.error("study failed: " + error)
     finally:
-        if env_backup is None: os.environ.pop("MPLBACKEND", None)
-        else: os.environ["MPLBACKEND"] = env_backup
-        pm_log.removeHandler(bar); bar.close()
+        if env_backup is None:
+            os.environ.pop("MPLBACKEND", None)
+        else:
+            os.environ["MPLBACKEND"] = env_backup
+        pm_log.removeHandler(bar)
+        bar.close()
     wall = time.time() - t0
     page = None
     if nb_out.is_file():
-        try: clean_notebook(nb_out); page = render_html(nb_out).name
-        except Exception as e: pm_log.warning(f"could not render {nb_out.name} to HTML: {type(e).__name__}: {e}")
+        try:
+            clean_notebook(nb_out)
+            page = render_html(nb_out).name
+        except Exception as e:
+            pm_log.warning(f"could not render {nb_out.name} to HTML: {type(e).__name__}: {e}")
     res_path = out / "results.json"
-    if error is None and not res_path.is_file(): error = "the notebook finished without writing results.json"
+    if error is None and not res_path.is_file():
+        error = "the notebook finished without writing results.json"
     res = load_results(out) if error is None else {"study": name, "scale": scale, "metrics": {}, "claims": []}
-    if error is None and res.get("study") != name: error = f"results.json names study {res.get('study')!r}"
-    res.update(status="failed" if error else "ok", error=error, params=params, versions=versions(), device=device_info(),
-               **provenance(), started=started.isoformat(timespec="seconds"),
-               finished=dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds"),
-               wall_time_s=round(wall, 2), scratch_s=round(wall + float(res.get("cached_s") or 0), 1), notebook=nb_out.name, html=page, log=log_path.name,
-               figures=sorted(p.name for p in out.glob("*.png")))
-    if not error: res.pop("error")
+    if error is None and res.get("study") != name:
+        error = f"results.json names study {res.get('study')!r}"
+    res.update(
+        status="failed" if error else "ok",
+        error=error,
+        params=params,
+        versions=versions(),
+        device=device_info(),
+        **provenance(),
+        started=started.isoformat(timespec="seconds"),
+        finished=dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds"),
+        wall_time_s=round(wall, 2),
+        scratch_s=round(wall + float(res.get("cached_s") or 0), 1),
+        notebook=nb_out.name,
+        html=page,
+        log=log_path.name,
+        figures=sorted(p.name for p in out.glob("*.png")),
+    )
+    if not error:
+        res.pop("error")
     _write_json(res_path, res)
-    if not error: (out / "checkpoint.json").unlink(missing_ok=True)
+    if not error:
+        (out / "checkpoint.json").unlink(missing_ok=True)
     n_hold = sum(c["holds"] for c in res["claims"])
     pm_log.info(f"{'FAILED: ' + error if error else 'done'}; {n_hold} of {len(res['claims'])} claims hold; {wall:.1f}s")
-    pm_log.removeHandler(handler); handler.close()
-    if rebuild_index if rebuild_index is not None else _under(out, results_root()): build_index(results_root())
-    if error: raise StudyFailed(f"study {name} ({scale}) failed in {error} (log: {log_path})")
-    if not quiet: print(f"{name} ({scale}): {n_hold} of {len(res['claims'])} claims hold; {wall:.0f}s -> {out}", flush=True)
+    pm_log.removeHandler(handler)
+    handler.close()
+    if rebuild_index if rebuild_index is not None else _under(out, results_root()):
+        build_index(results_root())
+    if error:
+        raise StudyFailed(f"study {name} ({scale}) failed in {error} (log: {log_path})")
+    if not quiet:
+        print(f"{name} ({scale}): {n_hold} of {len(res['claims'])} claims hold; {wall:.0f}s -> {out}", flush=True)
     return res
 
 # %% ../../nbs/91_runner.ipynb #08c018
 def _fmt(v) -> str:
-    if v is None: return "n/a"
+    if v is None:
+        return "n/a"
     if isinstance(v, float):
-        if v == 0 or 1e-3 <= abs(v) < 1e5: return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+        if v == 0 or 1e-3 <= abs(v) < 1e5:
+            return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
         return f"{v:.2e}"
     return str(v)
 
@@ -220,20 +311,34 @@ def index_runs(root) -> list[dict]:
     (none shown for a failed run: its `error` instead)."""
     runs, root = [], Path(root)
     for res_path in sorted(root.glob("*/*/results.json")):
-        try: res = json.loads(res_path.read_text())
-        except ValueError: continue
+        try:
+            res = json.loads(res_path.read_text())
+        except ValueError:
+            continue
         d = res_path.parent
         rel = d.relative_to(root).as_posix()
         st = STUDIES.get(res.get("study"))
         page = res.get("html") if res.get("html") and (d / res["html"]).is_file() else res.get("notebook", "")
         ok = res.get("status") == "ok"
-        runs.append({"study": res.get("study"), "reproduces": st.reproduces if st else "", "title": st.title if st else "",
-                     "finding": st.finding if st else "", "scale": scale_label(res.get("scale", d.name), res.get("device", "")),
-                     "when": res.get("finished", "")[:16].replace("T", " "), "dir": rel, "page": f"{rel}/{page}",
-                     "results": f"{rel}/results.json", "device": res.get("device", ""), "code": code_label(res),
-                     "status": "ok" if ok else "failed", "error": None if ok else (res.get("error") or "failed"),
-                     "figures": [f"{rel}/{f}" for f in res.get("figures") or [] if f.endswith(".png") and (d / f).is_file()],
-                     "claims": [dict(c, holds=bool(c["holds"])) for c in res.get("claims", [])] if ok else []})
+        runs.append(
+            {
+                "study": res.get("study"),
+                "reproduces": st.reproduces if st else "",
+                "title": st.title if st else "",
+                "finding": st.finding if st else "",
+                "scale": scale_label(res.get("scale", d.name), res.get("device", "")),
+                "when": res.get("finished", "")[:16].replace("T", " "),
+                "dir": rel,
+                "page": f"{rel}/{page}",
+                "results": f"{rel}/results.json",
+                "device": res.get("device", ""),
+                "code": code_label(res),
+                "status": "ok" if ok else "failed",
+                "error": None if ok else (res.get("error") or "failed"),
+                "figures": [f"{rel}/{f}" for f in res.get("figures") or [] if f.endswith(".png") and (d / f).is_file()],
+                "claims": [dict(c, holds=bool(c["holds"])) for c in res.get("claims", [])] if ok else [],
+            }
+        )
     return runs
 
 # %% ../../nbs/91_runner.ipynb #08c018-2
@@ -251,22 +356,27 @@ def code_label(res: dict) -> str:
     return (res.get("commit") or "unknown") + (f" ({', '.join(flags)})" if flags else "")
 
 # %% ../../nbs/91_runner.ipynb #08c018-4
-def _anchor(r) -> str: return f"{r['study']}-{r['dir'].split('/')[-1]}"
+def _anchor(r) -> str:
+    return f"{r['study']}-{r['dir'].split('/')[-1]}"
 
 # %% ../../nbs/91_runner.ipynb #08c018-5
-def _md_cell(text: str) -> str: return text.replace("|", "\\|")
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
 
 # %% ../../nbs/91_runner.ipynb #08c018-6
-def _holding(r) -> str: return "FAILED" if r["status"] != "ok" else f"{sum(c['holds'] for c in r['claims'])} of {len(r['claims'])}"
+def _holding(r) -> str:
+    return "FAILED" if r["status"] != "ok" else f"{sum(c['holds'] for c in r['claims'])} of {len(r['claims'])}"
 
 # %% ../../nbs/91_runner.ipynb #08c018-7
-INDEX_INTRO = ("Each section is one study run: what the report found, our figure, and each claim with the value the study "
-               "measured, its threshold and whether it holds at that scale. Regenerate with `make reproduce` (or `c2 study "
-               "run NAME --scale S`); figures are drawn from each run's `results.json`. A failed run is marked failed, never "
-               "as holding. *code* is the commit a run came from: *dirty* when the checkout had uncommitted changes, *stale* "
-               "when the library or the study changed since, *trained at other code* when a training run it used (a "
-               "pretraining stage, an RL run: its `results.json` lists them) was trained at other library code than "
-               "the current (another code digest).")
+INDEX_INTRO = (
+    "Each section is one study run: what the report found, our figure, and each claim with the value the study "
+    "measured, its threshold and whether it holds at that scale. Regenerate with `make reproduce` (or `c2 study "
+    "run NAME --scale S`); figures are drawn from each run's `results.json`. A failed run is marked failed, never "
+    "as holding. *code* is the commit a run came from: *dirty* when the checkout had uncommitted changes, *stale* "
+    "when the library or the study changed since, *trained at other code* when a training run it used (a "
+    "pretraining stage, an RL run: its `results.json` lists them) was trained at other library code than "
+    "the current (another code digest)."
+)
 
 # %% ../../nbs/91_runner.ipynb #08c018-8
 def _md_inline_html(text: str) -> str:
@@ -280,44 +390,82 @@ def build_index(root=None) -> Path:
     table (claims holding per study and scale; a registered study with no run yet gets a row saying how to run it), then
     one section per run -- the report's finding, the run's figures at a readable size, its claims table, links to the
     executed notebook and `results.json`."""
-    root = Path(root or results_root()); root.mkdir(parents=True, exist_ok=True)
+    root = Path(root or results_root())
+    root.mkdir(parents=True, exist_ok=True)
     runs = index_runs(root)
     missing = [s for n, s in STUDIES.items() if not any(r["study"] == n for r in runs)] if runs else []
-    md = ["# Study results", "", INDEX_INTRO, "", "| study | reproduces | scale | claims holding | code | finished |",
-          "|---|---|---|---|---|---|"]
-    md += [f"| [{r['study']}](#{_anchor(r)}) | {r['reproduces']} | {r['scale']} | {_holding(r)} | {r['code']} | {r['when']} |" for r in runs]
+    md = [
+        "# Study results",
+        "",
+        INDEX_INTRO,
+        "",
+        "| study | reproduces | scale | claims holding | code | finished |",
+        "|---|---|---|---|---|---|",
+    ]
+    md += [
+        f"| [{r['study']}](#{_anchor(r)}) | {r['reproduces']} | {r['scale']} | {_holding(r)} | {r['code']} | {r['when']} |"
+        for r in runs
+    ]
     md += [f"| {s.name} | {s.reproduces} | | not run yet: `c2 study run {s.name} --scale cpu` | | |" for s in missing]
-    if not runs: md.append("| no results yet: run `make reproduce` | | | | | |")
+    if not runs:
+        md.append("| no results yet: run `make reproduce` | | | | | |")
     for r in runs:
-        md += ["", f'<a id="{_anchor(r)}"></a>', f"## {r['study']} ({r['scale']}): {r['title']}", "",
-               f"**The report ({r['reproduces']}):** {r['finding']}", ""]
+        md += [
+            "",
+            f'<a id="{_anchor(r)}"></a>',
+            f"## {r['study']} ({r['scale']}): {r['title']}",
+            "",
+            f"**The report ({r['reproduces']}):** {r['finding']}",
+            "",
+        ]
         md += [f'<img src="{f}" width="860">' for f in r["figures"]] + ([""] if r["figures"] else [])
-        if r["status"] != "ok": md.append(f"**FAILED**: {r['error']}")
+        if r["status"] != "ok":
+            md.append(f"**FAILED**: {r['error']}")
         else:
             md += ["| claim | measured | threshold | holds |", "|---|---|---|---|"]
-            md += [f"| **{c['id']}**: {_md_cell(c['statement'])} | {_fmt(c['measured'])} | {c['threshold']} | "
-                   f"{'holds' if c['holds'] else 'does not hold'} |" for c in r["claims"]]
-        md += ["", f"[executed notebook]({r['page']}) · [results.json]({r['results']}) · {r['device']} · code {r['code']} · {r['when']}"]
+            md += [
+                f"| **{c['id']}**: {_md_cell(c['statement'])} | {_fmt(c['measured'])} | {c['threshold']} | "
+                f"{'holds' if c['holds'] else 'does not hold'} |"
+                for c in r["claims"]
+            ]
+        md += [
+            "",
+            f"[executed notebook]({r['page']}) · [results.json]({r['results']}) · {r['device']} · code {r['code']} · {r['when']}",
+        ]
     atomic_write(root / "index.md", "\n".join(md) + "\n")
     e = html.escape
-    summary = "".join(f'<tr><td><a href="#{e(_anchor(r))}">{e(str(r["study"]))}</a></td><td>{e(r["reproduces"])}</td>'
-                      f'<td>{e(r["scale"])}</td><td class="{"failed" if r["status"] != "ok" else "n"}">{e(_holding(r))}</td>'
-                      f'<td>{e(r["code"])}</td><td>{e(r["when"])}</td></tr>' for r in runs)
-    summary += "".join(f'<tr><td>{e(s.name)}</td><td>{e(s.reproduces)}</td><td></td><td class="missing">not run yet: '
-                       f'<code>c2 study run {e(s.name)} --scale cpu</code></td><td></td><td></td></tr>' for s in missing)
+    summary = "".join(
+        f'<tr><td><a href="#{e(_anchor(r))}">{e(str(r["study"]))}</a></td><td>{e(r["reproduces"])}</td>'
+        f'<td>{e(r["scale"])}</td><td class="{"failed" if r["status"] != "ok" else "n"}">{e(_holding(r))}</td>'
+        f"<td>{e(r['code'])}</td><td>{e(r['when'])}</td></tr>"
+        for r in runs
+    )
+    summary += "".join(
+        f'<tr><td>{e(s.name)}</td><td>{e(s.reproduces)}</td><td></td><td class="missing">not run yet: '
+        f"<code>c2 study run {e(s.name)} --scale cpu</code></td><td></td><td></td></tr>"
+        for s in missing
+    )
     sections = []
     for r in runs:
-        figs = "".join(f'<a href="{e(f)}"><img src="{e(f)}" alt="{e(str(r["study"]))} figure"></a>' for f in r["figures"])
-        if r["status"] != "ok": body = f'<p class="failed"><b>FAILED</b>: {e(r["error"])}</p>'
+        figs = "".join(
+            f'<a href="{e(f)}"><img src="{e(f)}" alt="{e(str(r["study"]))} figure"></a>' for f in r["figures"]
+        )
+        if r["status"] != "ok":
+            body = f'<p class="failed"><b>FAILED</b>: {e(r["error"])}</p>'
         else:
-            trs = "".join(f'<tr class="{"holds" if c["holds"] else "nothold"}"><td><b>{e(c["id"])}</b><br>{e(c["statement"])}</td>'
-                          f'<td>{e(_fmt(c["measured"]))}</td><td>{e(c["threshold"])}</td>'
-                          f'<td>{"holds" if c["holds"] else "does not hold"}</td></tr>' for c in r["claims"])
+            trs = "".join(
+                f'<tr class="{"holds" if c["holds"] else "nothold"}"><td><b>{e(c["id"])}</b><br>{e(c["statement"])}</td>'
+                f"<td>{e(_fmt(c['measured']))}</td><td>{e(c['threshold'])}</td>"
+                f"<td>{'holds' if c['holds'] else 'does not hold'}</td></tr>"
+                for c in r["claims"]
+            )
             body = f"<table><tr><th>claim</th><th>measured</th><th>threshold</th><th>holds</th></tr>{trs}</table>"
-        sections.append(f'<section id="{e(_anchor(r))}"><h2>{e(str(r["study"]))} ({e(r["scale"])}): {e(r["title"])}</h2>'
-                        f'<p class="report"><b>The report ({e(r["reproduces"])}):</b> {e(r["finding"])}</p>{figs}{body}'
-                        f'<p class="meta"><a href="{e(r["page"])}">executed notebook</a> · <a href="{e(r["results"])}">results.json</a>'
-                        f' · {e(r["device"])} · code {e(r["code"])} · {e(r["when"])}</p></section>')
+        sections.append(
+            f'<section id="{e(_anchor(r))}"><h2>{e(str(r["study"]))} ({e(r["scale"])}): {e(r["title"])}</h2>'
+            f'<p class="report"><b>The report ({e(r["reproduces"])}):</b> {e(r["finding"])}</p>{figs}{body}'
+            f'<p class="meta"><a href="{e(r["page"])}">executed notebook</a> · <a href="{e(r["results"])}">results.json</a>'
+            f" · {e(r['device'])} · code {e(r['code'])} · {e(r['when'])}</p></section>"
+        )
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>composer2: study results</title>
 <style>

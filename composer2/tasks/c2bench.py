@@ -22,9 +22,38 @@ __all__ = ['MODULES', 'NONDETERMINISTIC', 'FORMAT', 'EVAL_FRACTION', 'REPORT_FIG
            'c2bench_suite', 'spread_sample', 'revalidate', 'c2bench_stats']
 
 # %% ../../nbs/53_c2bench.ipynb #16c015
-MODULES = ["base64", "cmd", "codeop", "colorsys", "csv", "filecmp", "fileinput", "fractions", "getopt", "getpass", "glob",
-           "graphlib", "gzip", "hmac", "netrc", "optparse", "pipes", "plistlib", "quopri", "rlcompleter", "secrets", "shlex",
-           "string", "stringprep", "timeit", "uu", "uuid", "webbrowser", "xdrlib", "zipapp"]
+MODULES = [
+    "base64",
+    "cmd",
+    "codeop",
+    "colorsys",
+    "csv",
+    "filecmp",
+    "fileinput",
+    "fractions",
+    "getopt",
+    "getpass",
+    "glob",
+    "graphlib",
+    "gzip",
+    "hmac",
+    "netrc",
+    "optparse",
+    "pipes",
+    "plistlib",
+    "quopri",
+    "rlcompleter",
+    "secrets",
+    "shlex",
+    "string",
+    "stringprep",
+    "timeit",
+    "uu",
+    "uuid",
+    "webbrowser",
+    "xdrlib",
+    "zipapp",
+]
 
 # %% ../../nbs/53_c2bench.ipynb #16c015-1
 def module_test_cmd(module: str) -> str:
@@ -36,13 +65,16 @@ def stdlib_sources(modules, stdlib: Path | None = None) -> dict[str, str]:
     "{workspace path: text}: each module, its test file, and `test/__init__.py` + `test/support/*.py`."
     d = Path(stdlib or stdlib_dir())
     if not (d / "test" / "support" / "__init__.py").is_file():
-        raise C2Error(f"the standard library's test suite is not installed under {d / 'test'} (Debian: apt-get install "
-                      "libpython3-testsuite); building c2bench needs it (the shipped tasks do not)")
+        raise C2Error(
+            f"the standard library's test suite is not installed under {d / 'test'} (Debian: apt-get install "
+            "libpython3-testsuite); building c2bench needs it (the shipped tasks do not)"
+        )
     out = {"test/__init__.py": (d / "test" / "__init__.py").read_text()}
     out.update({f"test/support/{p.name}": p.read_text() for p in sorted((d / "test" / "support").glob("*.py"))})
     for m in modules:
         for rel, p in [(f"{m}.py", d / f"{m}.py"), (f"test/test_{m}.py", d / "test" / f"test_{m}.py")]:
-            if not p.is_file(): raise C2Error(f"{p} does not exist: {m} is not a single-file module with a single-file test")
+            if not p.is_file():
+                raise C2Error(f"{p} does not exist: {m} is not a single-file module with a single-file test")
             out[rel] = p.read_text()
     return out
 
@@ -53,9 +85,12 @@ def support_paths(sources: dict[str, str]) -> list[str]:
 
 # %% ../../nbs/53_c2bench.ipynb #16c015-nd
 # upstream tests that fail now and then in the sandbox with nothing changed; every workspace skips them, saying why
-NONDETERMINISTIC = {"glob": {"SymlinkLoopGlobTests.test_selflink":
-    "nondeterministic in a sandbox under load: globbing a self-symlink loop misses one depth about 1 run in 80 "
-    "(four sandboxes on two cores), so it fails correct code"}}
+NONDETERMINISTIC = {
+    "glob": {
+        "SymlinkLoopGlobTests.test_selflink": "nondeterministic in a sandbox under load: globbing a self-symlink loop misses one depth about 1 run in 80 "
+        "(four sandboxes on two cores), so it fails correct code"
+    }
+}
 
 # %% ../../nbs/53_c2bench.ipynb #16c015-sk
 def skip_nondeterministic(module: str, test_text: str) -> str:
@@ -63,12 +98,16 @@ def skip_nondeterministic(module: str, test_text: str) -> str:
     lines, todo = test_text.splitlines(keepends=True), dict(NONDETERMINISTIC.get(module, {}))
     at = {}
     for cls in ast.parse(test_text).body:
-        if not isinstance(cls, ast.ClassDef): continue
+        if not isinstance(cls, ast.ClassDef):
+            continue
         for fn in cls.body:
-            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and (why := todo.pop(f"{cls.name}.{fn.name}", None)):
-                first = min([fn.lineno] + [d.lineno for d in fn.decorator_list])   # above its other decorators
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                why := todo.pop(f"{cls.name}.{fn.name}", None)
+            ):
+                first = min([fn.lineno] + [d.lineno for d in fn.decorator_list])  # above its other decorators
                 at[first - 1] = " " * fn.col_offset + f"@unittest.skip({why!r})\n"
-    if todo: raise C2Error(f"test_{module} has no test {next(iter(todo))} (NONDETERMINISTIC names one)")
+    if todo:
+        raise C2Error(f"test_{module} has no test {next(iter(todo))} (NONDETERMINISTIC names one)")
     return "".join(at.get(i, "") + line for i, line in enumerate(lines))
 
 # %% ../../nbs/53_c2bench.ipynb #16c015-5
@@ -84,69 +123,93 @@ def foreign_test_imports(test_text: str) -> list[str]:
     "Modules of the `test` package other than `test.support` that a test file imports (we ship only test.support)."
     out = set()
     for n in ast.walk(ast.parse(test_text)):
-        if isinstance(n, ast.Import): names = [a.name for a in n.names]
+        if isinstance(n, ast.Import):
+            names = [a.name for a in n.names]
         elif isinstance(n, ast.ImportFrom) and n.level == 0 and n.module:
             names = [f"{n.module}.{a.name}" for a in n.names] if n.module == "test" else [n.module]
-        else: continue
+        else:
+            continue
         out |= {x for x in names if (x == "test" or x.startswith("test.")) and not re.match(r"test\.support(\.|$)", x)}
     return sorted(out)
 
 # %% ../../nbs/53_c2bench.ipynb #16c018
 _HEAD = re.compile(r"(FAIL|ERROR): (\S+) \(([^)]*)\)")
 
+
 def _clean(line: str, limit: int = 120) -> str:
     line = re.sub(r"0x[0-9a-fA-F]{6,}", "0x...", line.replace("/workspace/", ""))
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
 
 def failing_tests(output: str) -> list[dict]:
     "[{kind: FAIL|ERROR, test, id, error}] from a `unittest` report, in the order printed."
     out = []
     for block in re.split(r"^={40,}\n", output, flags=re.M)[1:]:
         m = _HEAD.match(block)
-        if not m: continue
+        if not m:
+            continue
         parts = re.split(r"^-{40,}$", block, flags=re.M)
         lines = parts[1].splitlines() if len(parts) > 1 else []
         last = max([i for i, l in enumerate(lines) if l.startswith("  File ")], default=-1)
-        err = next((l for l in lines[last + 1:] if l and not l.startswith(" ")), "")
+        err = next((l for l in lines[last + 1 :] if l and not l.startswith(" ")), "")
         out.append({"kind": m.group(1), "test": m.group(2), "id": m.group(3), "error": _clean(err)})
     return out
 
 # %% ../../nbs/53_c2bench.ipynb #16c021
-_PROBE = ("import json, os, sys, unittest, unittest.main, test.support; pre = {m!r} in sys.modules; "
-          "import test.test_{m}, {m}; print(json.dumps([pre, os.path.dirname(os.path.abspath({m}.__file__)) == os.getcwd()]))")
+_PROBE = (
+    "import json, os, sys, unittest, unittest.main, test.support; pre = {m!r} in sys.modules; "
+    "import test.test_{m}, {m}; print(json.dumps([pre, os.path.dirname(os.path.abspath({m}.__file__)) == os.getcwd()]))"
+)
 
 # %% ../../nbs/53_c2bench.ipynb #16c021-1
 def run_task_files(files: dict[str, str], cmd: str, timeout: float, limits: SandboxConfig | None = None):
     "Run `cmd` in a sandbox over a fresh workspace holding `files`; the `RunResult` (the workspace is removed)."
     from composer2.sandbox.bwrap import Sandbox
     from composer2.sandbox.workspace import make_workspace, remove_workspace
+
     limits = limits or SandboxConfig()
     ws = make_workspace(files, limits.root or None)
-    try: return Sandbox(ws, limits).run(cmd, timeout=timeout)
-    finally: remove_workspace(ws)
+    try:
+        return Sandbox(ws, limits).run(cmd, timeout=timeout)
+    finally:
+        remove_workspace(ws)
 
 # %% ../../nbs/53_c2bench.ipynb #16c021-2
-def vet_module(module: str, sources: dict[str, str], max_test_s: float = 10.0, limits: SandboxConfig | None = None) -> dict:
+def vet_module(
+    module: str, sources: dict[str, str], max_test_s: float = 10.0, limits: SandboxConfig | None = None
+) -> dict:
     "Whether `module` can make c2bench tasks here: {module, ok, reason, test_s, n_tests}."
     out = {"module": module, "ok": False, "reason": "", "test_s": None, "n_tests": 0}
     if bad := foreign_test_imports(sources[f"test/test_{module}.py"]):
-        out["reason"] = f"its test imports {', '.join(bad)}"; return out
+        out["reason"] = f"its test imports {', '.join(bad)}"
+        return out
     files = workspace_files(module, sources)
     r = run_task_files(files, module_test_cmd(module), timeout=max(30.0, 3 * max_test_s), limits=limits)
     out["test_s"] = round(r.wall_s, 3)
     n = re.search(r"^Ran (\d+) tests?", r.stderr, re.M)
     out["n_tests"] = int(n.group(1)) if n else 0
-    if not r.ok: out["reason"] = f"its tests fail in the sandbox ({_clean(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'no output')})"
-    elif r.wall_s > max_test_s: out["reason"] = f"its tests take {r.wall_s:.1f}s (> {max_test_s}s)"
-    elif out["n_tests"] == 0: out["reason"] = "no tests ran"
+    if not r.ok:
+        out["reason"] = (
+            f"its tests fail in the sandbox ({_clean(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'no output')})"
+        )
+    elif r.wall_s > max_test_s:
+        out["reason"] = f"its tests take {r.wall_s:.1f}s (> {max_test_s}s)"
+    elif out["n_tests"] == 0:
+        out["reason"] = "no tests ran"
     else:
         p = run_task_files(files, "python3 -B -c " + json.dumps(_PROBE.format(m=module)), timeout=30.0, limits=limits)
-        try: pre, local = json.loads(p.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError): pre, local = None, None
-        if pre is None: out["reason"] = f"the import probe failed: {_clean(p.stderr.strip()[-200:])}"
-        elif pre: out["reason"] = "unittest or test.support imports it before the test does"
-        elif not local: out["reason"] = "the sandbox's interpreter loads it from the standard library, not the workspace"
-        else: out["ok"] = True
+        try:
+            pre, local = json.loads(p.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            pre, local = None, None
+        if pre is None:
+            out["reason"] = f"the import probe failed: {_clean(p.stderr.strip()[-200:])}"
+        elif pre:
+            out["reason"] = "unittest or test.support imports it before the test does"
+        elif not local:
+            out["reason"] = "the sandbox's interpreter loads it from the standard library, not the workspace"
+        else:
+            out["ok"] = True
     return out
 
 # %% ../../nbs/53_c2bench.ipynb #16c024
@@ -168,19 +231,27 @@ _PROMPTS = {
 # %% ../../nbs/53_c2bench.ipynb #16c024-1
 def make_prompt(module: str, qualname: str, failures: list[dict], seed: str) -> tuple[str, str]:
     "(prompt, hint) for a task whose tests fail with `failures`; `hint` is 'module' or 'function'."
-    if not failures: raise C2Error("a prompt needs at least one failing test")
+    if not failures:
+        raise C2Error("a prompt needs at least one failing test")
     rng = random.Random(f"c2bench-prompt:{seed}")
     hint = "function" if rng.random() < 0.3 else "module"
     f = failures[0]
     first = f["id"].removeprefix(f"test.test_{module}.")
     n = len(failures)
     err = f" with `{f['error']}`" if f["error"] and rng.random() < 0.7 else ""
-    text = rng.choice(_PROMPTS[hint]).format(first=first, test_file=f"test/test_{module}.py", err=err, mod=module, fn=qualname,
-                                             count=f"{n} test{'s' if n > 1 else ''}", s_verb="" if n > 1 else "s")
+    text = rng.choice(_PROMPTS[hint]).format(
+        first=first,
+        test_file=f"test/test_{module}.py",
+        err=err,
+        mod=module,
+        fn=qualname,
+        count=f"{n} test{'s' if n > 1 else ''}",
+        s_verb="" if n > 1 else "s",
+    )
     return text, hint
 
 # %% ../../nbs/53_c2bench.ipynb #16c027
-FORMAT = 1           # of the files under assets/c2bench/VERSION; bump when their meaning changes
+FORMAT = 1  # of the files under assets/c2bench/VERSION; bump when their meaning changes
 EVAL_FRACTION = 0.4
 
 # %% ../../nbs/53_c2bench.ipynb #16c027-1
@@ -195,26 +266,33 @@ def diff_counts(a: str, b: str) -> dict:
     changed = added = removed = 0
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, x, y, autojunk=False).get_opcodes():
         if op != "equal":
-            changed += max(i2 - i1, j2 - j1); removed += i2 - i1; added += j2 - j1
+            changed += max(i2 - i1, j2 - j1)
+            removed += i2 - i1
+            added += j2 - j1
     return {"lines_changed": changed, "lines_added": added, "lines_removed": removed}
 
 # %% ../../nbs/53_c2bench.ipynb #16c027-3
 def _sha(text: str | bytes) -> str:
     return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
 
-def _gz(text: str) -> bytes: return gzip.compress(text.encode(), compresslevel=9, mtime=0)   # mtime=0: same bytes every build
+
+def _gz(text: str) -> bytes:
+    return gzip.compress(text.encode(), compresslevel=9, mtime=0)  # mtime=0: same bytes every build
+
 
 def _write_version(dest: Path, tasks_gz: bytes, sources_gz: bytes, manifest: dict) -> dict:
     "Write a built version's files into `dest`: tasks, sources, and the manifest with both files' sha256 (v1 and v2 alike)."
     manifest["files"] = {"tasks.jsonl.gz": _sha(tasks_gz), "sources.json.gz": _sha(sources_gz)}
     dest.mkdir(parents=True, exist_ok=True)
-    for f, b in (("tasks.jsonl.gz", tasks_gz), ("sources.json.gz", sources_gz)): (dest / f).write_bytes(b)
+    for f, b in (("tasks.jsonl.gz", tasks_gz), ("sources.json.gz", sources_gz)):
+        (dest / f).write_bytes(b)
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
 
+
 def module_splits(modules) -> dict[str, str]:
     "{module: 'train' | 'eval'}: eval when sha256('c2bench-eval:' + name) falls in the first EVAL_FRACTION of its range."
-    return {m: "eval" if int(_sha(f"c2bench-eval:{m}")[:8], 16) < EVAL_FRACTION * 16 ** 8 else "train" for m in modules}
+    return {m: "eval" if int(_sha(f"c2bench-eval:{m}")[:8], 16) < EVAL_FRACTION * 16**8 else "train" for m in modules}
 
 # %% ../../nbs/53_c2bench.ipynb #16c027-5
 def _check_mutation(args):
@@ -223,31 +301,62 @@ def _check_mutation(args):
     files = workspace_files(m.module, sources, m.apply(sources[f"{m.module}.py"]))
     r = run_task_files(files, module_test_cmd(m.module), timeout=timeout, limits=limits)
     fails = failing_tests(r.stderr)
-    if r.timed_out or r.killed_by: outcome = "timeout"
-    elif r.returncode == 0: outcome = "survived"
-    elif fails: outcome = "killed"
-    else: outcome = "crashed"     # failed without a unittest report: not a clean bug-fix task
+    if r.timed_out or r.killed_by:
+        outcome = "timeout"
+    elif r.returncode == 0:
+        outcome = "survived"
+    elif fails:
+        outcome = "killed"
+    else:
+        outcome = "crashed"  # failed without a unittest report: not a clean bug-fix task
     return {"outcome": outcome, "failures": fails, "wall_s": r.wall_s}
 
 # %% ../../nbs/53_c2bench.ipynb #16c027-6
 def _record(m: Mutation, sources: dict[str, str], res: dict, split: str) -> dict:
     original = sources[f"{m.module}.py"]
     mutated = m.apply(original)
-    if m.revert(mutated) != original: raise AssertionError(f"{m.id}: the reverse patch does not restore the original")
+    if m.revert(mutated) != original:
+        raise AssertionError(f"{m.id}: the reverse patch does not restore the original")
     prompt, hint = make_prompt(m.module, m.qualname, res["failures"], m.id)
-    return {"id": m.id, "split": split, "module": m.module, "qualname": m.qualname, "category": m.category,
-            "lineno": m.lineno, "start": m.start, "end": m.end, "before": m.before, "after": m.after,
-            "prompt": prompt, "hint": hint, "n_failing": len(res["failures"]),
-            "failing_tests": [f["id"] for f in res["failures"][:20]], "first_error": res["failures"][0]["error"],
-            **diff_counts(mutated, original), "mutated_sha256": _sha(mutated)}
+    return {
+        "id": m.id,
+        "split": split,
+        "module": m.module,
+        "qualname": m.qualname,
+        "category": m.category,
+        "lineno": m.lineno,
+        "start": m.start,
+        "end": m.end,
+        "before": m.before,
+        "after": m.after,
+        "prompt": prompt,
+        "hint": hint,
+        "n_failing": len(res["failures"]),
+        "failing_tests": [f["id"] for f in res["failures"][:20]],
+        "first_error": res["failures"][0]["error"],
+        **diff_counts(mutated, original),
+        "mutated_sha256": _sha(mutated),
+    }
 
 # %% ../../nbs/53_c2bench.ipynb #16c027-8
-def build_c2bench(out: Path | str | None = None, version: str = "v1", modules=None, seed: int = 0, per_module: int = 10,
-                  max_per_function: int = 2, workers: int = 2, max_test_s: float = 10.0, cpu_seconds: int = 5,
-                  timeout: float = 60.0, limits: SandboxConfig | None = None, log=print) -> dict:
+def build_c2bench(
+    out: Path | str | None = None,
+    version: str = "v1",
+    modules=None,
+    seed: int = 0,
+    per_module: int = 10,
+    max_per_function: int = 2,
+    workers: int = 2,
+    max_test_s: float = 10.0,
+    cpu_seconds: int = 5,
+    timeout: float = 60.0,
+    limits: SandboxConfig | None = None,
+    log=print,
+) -> dict:
     "Generate and validate the tasks into `out/version/` (default: the package's assets); returns the manifest."
     from composer2.sandbox.bwrap import SandboxPool
     from composer2.sandbox.host import bwrap_path
+
     bwrap_path()
     t_start = time.time()
     modules = sorted(modules or MODULES)
@@ -261,10 +370,18 @@ def build_c2bench(out: Path | str | None = None, version: str = "v1", modules=No
     rejected = {v["module"]: v["reason"] for v in vets if not v["ok"]}
     usable = [v["module"] for v in vets if v["ok"]]
     vet = {v["module"]: v for v in vets}
-    log(f"c2bench: {len(usable)} of {len(modules)} modules usable" + "".join(f"\n  skip {m}: {r}" for m, r in rejected.items()))
-    if not usable: raise C2Error("no module is usable for c2bench on this interpreter")
-    cands = {m: candidate_mutations(m, sources[f"{m}.py"], seed, None, max_per_function, live_functions(m, sources[f"{m}.py"]))
-             for m in usable}
+    log(
+        f"c2bench: {len(usable)} of {len(modules)} modules usable"
+        + "".join(f"\n  skip {m}: {r}" for m, r in rejected.items())
+    )
+    if not usable:
+        raise C2Error("no module is usable for c2bench on this interpreter")
+    cands = {
+        m: candidate_mutations(
+            m, sources[f"{m}.py"], seed, None, max_per_function, live_functions(m, sources[f"{m}.py"])
+        )
+        for m in usable
+    }
     results = {m: [] for m in usable}
     accepted = lambda m: sum(r["outcome"] == "killed" for r in results[m])
     rnd = 0
@@ -275,87 +392,162 @@ def build_c2bench(out: Path | str | None = None, version: str = "v1", modules=No
                 need = per_module - accepted(m)
                 done = len(results[m])
                 if need > 0 and done < len(cands[m]):
-                    jobs += [(c, sources, timeout, mutant_limits) for c in cands[m][done:done + math.ceil(1.5 * need) + 2]]
-            if not jobs: break
+                    jobs += [
+                        (c, sources, timeout, mutant_limits) for c in cands[m][done : done + math.ceil(1.5 * need) + 2]
+                    ]
+            if not jobs:
+                break
             rnd += 1
             t0 = time.time()
-            for job, res in zip(jobs, pool.map(_check_mutation, jobs)): results[job[0].module].append(res)
-            log(f"c2bench: round {rnd}: {len(jobs)} candidates in {time.time() - t0:.1f}s; "
-                f"{sum(min(accepted(m), per_module) for m in usable)} tasks so far")
+            for job, res in zip(jobs, pool.map(_check_mutation, jobs)):
+                results[job[0].module].append(res)
+            log(
+                f"c2bench: round {rnd}: {len(jobs)} candidates in {time.time() - t0:.1f}s; "
+                f"{sum(min(accepted(m), per_module) for m in usable)} tasks so far"
+            )
     splits = module_splits(usable)
     records, per_mod = [], {}
     for m in usable:
         keep = [(c, r) for c, r in zip(cands[m], results[m]) if r["outcome"] == "killed"][:per_module]
         records += [_record(c, sources, r, splits[m]) for c, r in keep]
         outcomes = Counter(r["outcome"] for r in results[m])
-        per_mod[m] = {"tasks": len(keep), "split": splits[m], "sites": len(cands[m]), "tried": len(results[m]),
-                      **{k: outcomes.get(k, 0) for k in ("killed", "survived", "timeout", "crashed")},
-                      "n_tests": vet[m]["n_tests"], "module_sha256": _sha(sources[f"{m}.py"]),
-                      "test_sha256": _sha(sources[f"test/test_{m}.py"])}
-    keep_sources = {p: sources[p] for p in sorted(support_paths(sources) + [f"{m}.py" for m in usable] + [f"test/test_{m}.py" for m in usable])}
+        per_mod[m] = {
+            "tasks": len(keep),
+            "split": splits[m],
+            "sites": len(cands[m]),
+            "tried": len(results[m]),
+            **{k: outcomes.get(k, 0) for k in ("killed", "survived", "timeout", "crashed")},
+            "n_tests": vet[m]["n_tests"],
+            "module_sha256": _sha(sources[f"{m}.py"]),
+            "test_sha256": _sha(sources[f"test/test_{m}.py"]),
+        }
+    keep_sources = {
+        p: sources[p]
+        for p in sorted(support_paths(sources) + [f"{m}.py" for m in usable] + [f"test/test_{m}.py" for m in usable])
+    }
     tasks_gz = _gz("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
     sources_gz = _gz(json.dumps(keep_sources, sort_keys=True, indent=0))
     manifest = {
-        "name": "c2bench", "version": version, "format": FORMAT,
+        "name": "c2bench",
+        "version": version,
+        "format": FORMAT,
         "python": {"version": ".".join(map(str, sys.version_info[:3])), "implementation": sys.implementation.name},
-        "seed": seed, "per_module": per_module, "max_per_function": max_per_function, "categories": CATEGORIES,
-        "mutant_limits": {"cpu_seconds": mutant_limits.cpu_seconds, "timeout_s": timeout, "memory_mb": mutant_limits.memory_mb},
-        "test_cmd": module_test_cmd("MODULE"), "modules": per_mod, "rejected": rejected,
-        "counts": {"tasks": len(records), "modules": len(usable),
-                   "by_category": dict(sorted(Counter(r["category"] for r in records).items())),
-                   "by_split": dict(sorted(Counter(r["split"] for r in records).items()))},
+        "seed": seed,
+        "per_module": per_module,
+        "max_per_function": max_per_function,
+        "categories": CATEGORIES,
+        "mutant_limits": {
+            "cpu_seconds": mutant_limits.cpu_seconds,
+            "timeout_s": timeout,
+            "memory_mb": mutant_limits.memory_mb,
+        },
+        "test_cmd": module_test_cmd("MODULE"),
+        "modules": per_mod,
+        "rejected": rejected,
+        "counts": {
+            "tasks": len(records),
+            "modules": len(usable),
+            "by_category": dict(sorted(Counter(r["category"] for r in records).items())),
+            "by_split": dict(sorted(Counter(r["split"] for r in records).items())),
+        },
         "sources": {p: _sha(t) for p, t in keep_sources.items()},
-        "build": {"seconds": round(time.time() - t_start, 1), "workers": workers,   # informational: varies run to run
-                  "runs": sum(len(r) for r in results.values()) + 2 * len(modules)},
+        "build": {
+            "seconds": round(time.time() - t_start, 1),
+            "workers": workers,  # informational: varies run to run
+            "runs": sum(len(r) for r in results.values()) + 2 * len(modules),
+        },
     }
     _write_version(dest, tasks_gz, sources_gz, manifest)
-    log(f"c2bench {version}: {len(records)} tasks from {len(usable)} modules in {manifest['build']['seconds']}s -> {dest}")
+    log(
+        f"c2bench {version}: {len(records)} tasks from {len(usable)} modules in {manifest['build']['seconds']}s -> {dest}"
+    )
     return manifest
 
 # %% ../../nbs/53_c2bench.ipynb #16c030
 def _read_version(version: str, root: Path | str | None):
     d = Path(root or default_assets()) / version
     if not (d / "manifest.json").is_file():
-        have = sorted(p.name for p in Path(root or default_assets()).glob("*/manifest.json")) if Path(root or default_assets()).is_dir() else []
-        raise C2Error(f"no c2bench version {version!r} under {d.parent} (have: {', '.join(p for p in have) or 'none'}; build it with build_c2bench)")
+        have = (
+            sorted(p.name for p in Path(root or default_assets()).glob("*/manifest.json"))
+            if Path(root or default_assets()).is_dir()
+            else []
+        )
+        raise C2Error(
+            f"no c2bench version {version!r} under {d.parent} (have: {', '.join(p for p in have) or 'none'}; build it with build_c2bench)"
+        )
     manifest = json.loads((d / "manifest.json").read_text())
     raw = {f: (d / f).read_bytes() for f in ("tasks.jsonl.gz", "sources.json.gz")}
     for f, data in raw.items():
-        if _sha(data) != manifest["files"][f]: raise C2Error(f"{d / f} does not match its sha256 in manifest.json: the data is corrupt")
+        if _sha(data) != manifest["files"][f]:
+            raise C2Error(f"{d / f} does not match its sha256 in manifest.json: the data is corrupt")
     return manifest, raw
+
 
 def c2bench_manifest(version: str = "v1", root: Path | str | None = None) -> dict:
     "The manifest of a shipped (or built) version."
     return _read_version(version, root)[0]
 
+
 def c2bench_records(version: str = "v1", root: Path | str | None = None) -> tuple[list[dict], dict[str, str], dict]:
     "(task records, sources {path: text}, manifest) of a version, checked against the manifest's sha256."
     manifest, raw = _read_version(version, root)
-    if manifest.get("format") != FORMAT: raise C2Error(f"c2bench {version} has format {manifest.get('format')}, this code reads {FORMAT}")
+    if manifest.get("format") != FORMAT:
+        raise C2Error(f"c2bench {version} has format {manifest.get('format')}, this code reads {FORMAT}")
     records = [json.loads(l) for l in gzip.decompress(raw["tasks.jsonl.gz"]).decode().splitlines()]
     sources = json.loads(gzip.decompress(raw["sources.json.gz"]))
     return records, sources, manifest
+
 
 def differing_sources(local: dict[str, str], manifest: dict) -> list[str]:
     "Paths of `local` (this machine's {path: text}) not as shipped: only where none are can a rebuild reproduce the records."
     return sorted(p for p, t in local.items() if manifest["sources"].get(p) != _sha(t))
 
+
 def _edits_task(rec: dict, sources: dict[str, str], manifest: dict) -> Task:
     "A v2 record's task: its unit's files (manifest) with the record's edits applied; the solution is the touched files' originals."
     unit, mod = manifest["modules"][rec["module"]], rec["module"]
     files = {p: sources[p] for p in support_paths(sources) + unit["files"]}
-    if (t := f"test/test_{mod}.py") in files: files[t] = skip_nondeterministic(mod, files[t])
+    if (t := f"test/test_{mod}.py") in files:
+        files[t] = skip_nondeterministic(mod, files[t])
     new = {}
     for p, a, b, before, after in sorted(rec["edits"], key=lambda e: (e[0], -e[1])):
         text = new.get(p, files[p])
-        if text[a:b] != before: raise C2Error(f"c2bench task {rec['id']}: {p} does not match its record")
+        if text[a:b] != before:
+            raise C2Error(f"c2bench task {rec['id']}: {p} does not match its record")
         new[p] = text[:a] + after + text[b:]
-    if {p: _sha(t) for p, t in new.items()} != rec["mutated_sha256"]: raise C2Error(f"c2bench task {rec['id']} does not rebuild from its record")
-    meta = {k: rec[k] for k in ("module", "qualname", "category", "kind", "names", "lineno", "lines_changed", "lines_added",
-                                "lines_removed", "files_changed", "hint", "n_failing", "failing_tests", "first_error")}
+    if {p: _sha(t) for p, t in new.items()} != rec["mutated_sha256"]:
+        raise C2Error(f"c2bench task {rec['id']} does not rebuild from its record")
+    meta = {
+        k: rec[k]
+        for k in (
+            "module",
+            "qualname",
+            "category",
+            "kind",
+            "names",
+            "lineno",
+            "lines_changed",
+            "lines_added",
+            "lines_removed",
+            "files_changed",
+            "hint",
+            "n_failing",
+            "failing_tests",
+            "first_error",
+        )
+    }
     meta.update(version=manifest["version"], python=manifest["python"]["version"])
     meta.update(failing_tests=_test_ids(rec["failing_tests"]))
-    return Task(rec["id"], "c2bench", rec["split"], rec["prompt"], {**files, **new}, unit["test_cmd"], {p: files[p] for p in new}, meta)
+    return Task(
+        rec["id"],
+        "c2bench",
+        rec["split"],
+        rec["prompt"],
+        {**files, **new},
+        unit["test_cmd"],
+        {p: files[p] for p in new},
+        meta,
+    )
 
 # %% ../../nbs/53_c2bench.ipynb #72b0e35f
 def _test_ids(names: list[str]) -> list[str]:
@@ -366,36 +558,82 @@ def _test_ids(names: list[str]) -> list[str]:
 # %% ../../nbs/53_c2bench.ipynb #16c030-3
 def record_to_task(rec: dict, sources: dict[str, str], manifest: dict) -> Task:
     "One `composer2.tasks.task.Task` from a stored record (v1: one mutation; v2: `edits` over the unit's files)."
-    if "edits" in rec: return _edits_task(rec, sources, manifest)
+    if "edits" in rec:
+        return _edits_task(rec, sources, manifest)
     mod = rec["module"]
     original = sources[f"{mod}.py"]
-    m = Mutation(mod, rec["qualname"], rec["category"], rec["lineno"], rec["start"], rec["end"], rec["before"], rec["after"])
+    m = Mutation(
+        mod, rec["qualname"], rec["category"], rec["lineno"], rec["start"], rec["end"], rec["before"], rec["after"]
+    )
     mutated = m.apply(original)
-    if _sha(mutated) != rec["mutated_sha256"] or m.id != rec["id"]: raise C2Error(f"c2bench task {rec['id']} does not rebuild from its record")
-    meta = {k: rec[k] for k in ("module", "qualname", "category", "lineno", "lines_changed", "lines_added", "lines_removed",
-                                "hint", "n_failing", "failing_tests", "first_error")}
-    skipped = {f"test.test_{mod}.{t}" for t in NONDETERMINISTIC.get(mod, {})}   # the workspace skips them: not evidence
+    if _sha(mutated) != rec["mutated_sha256"] or m.id != rec["id"]:
+        raise C2Error(f"c2bench task {rec['id']} does not rebuild from its record")
+    meta = {
+        k: rec[k]
+        for k in (
+            "module",
+            "qualname",
+            "category",
+            "lineno",
+            "lines_changed",
+            "lines_added",
+            "lines_removed",
+            "hint",
+            "n_failing",
+            "failing_tests",
+            "first_error",
+        )
+    }
+    skipped = {f"test.test_{mod}.{t}" for t in NONDETERMINISTIC.get(mod, {})}  # the workspace skips them: not evidence
     if not (kept := [t for t in _test_ids(rec["failing_tests"]) if t not in skipped]):
         raise C2Error(f"c2bench task {rec['id']} breaks only skipped tests")
     meta.update(failing_tests=kept, n_failing=rec["n_failing"] - (len(rec["failing_tests"]) - len(kept)))
-    meta.update(kind=rec["category"], version=manifest["version"], python=manifest["python"]["version"],
-                mutation={"before": rec["before"], "after": rec["after"]})
-    return Task(rec["id"], "c2bench", rec["split"], rec["prompt"], workspace_files(mod, sources, mutated),
-                module_test_cmd(mod), {f"{mod}.py": original}, meta)
+    meta.update(
+        kind=rec["category"],
+        version=manifest["version"],
+        python=manifest["python"]["version"],
+        mutation={"before": rec["before"], "after": rec["after"]},
+    )
+    return Task(
+        rec["id"],
+        "c2bench",
+        rec["split"],
+        rec["prompt"],
+        workspace_files(mod, sources, mutated),
+        module_test_cmd(mod),
+        {f"{mod}.py": original},
+        meta,
+    )
 
 # %% ../../nbs/53_c2bench.ipynb #16c030-4
-def c2bench_suite(version: str = "v1", split: str | None = None, modules=None, categories=None,
-                  root: Path | str | None = None, check_python: bool = True) -> list:
+def c2bench_suite(
+    version: str = "v1",
+    split: str | None = None,
+    modules=None,
+    categories=None,
+    root: Path | str | None = None,
+    check_python: bool = True,
+) -> list:
     "The shipped c2bench tasks as `composer2.tasks.task.Task`s (optionally one split, some modules or categories)."
     records, sources, manifest = c2bench_records(version, root)
     want = manifest["python"]["version"].rsplit(".", 1)[0]
     have = f"{sys.version_info[0]}.{sys.version_info[1]}"
     if check_python and want != have:
-        raise C2Error(f"c2bench {version} was validated with Python {want}; this is Python {have} (pass check_python=False to load it anyway)")
-    for name, val, allowed in [("split", [split] if split else None, ["train", "eval"]), ("module", modules, manifest["modules"]),
-                               ("category", categories, manifest.get("categories", CATEGORIES))]:
-        if val and (bad := [v for v in val if v not in allowed]): raise C2Error(f"unknown c2bench {name} {bad[0]!r} (choose from {', '.join(allowed)})")
-    keep = lambda r: (not split or r["split"] == split) and (not modules or r["module"] in modules) and (not categories or r["category"] in categories)
+        raise C2Error(
+            f"c2bench {version} was validated with Python {want}; this is Python {have} (pass check_python=False to load it anyway)"
+        )
+    for name, val, allowed in [
+        ("split", [split] if split else None, ["train", "eval"]),
+        ("module", modules, manifest["modules"]),
+        ("category", categories, manifest.get("categories", CATEGORIES)),
+    ]:
+        if val and (bad := [v for v in val if v not in allowed]):
+            raise C2Error(f"unknown c2bench {name} {bad[0]!r} (choose from {', '.join(allowed)})")
+    keep = lambda r: (
+        (not split or r["split"] == split)
+        and (not modules or r["module"] in modules)
+        and (not categories or r["category"] in categories)
+    )
     return [record_to_task(r, sources, manifest) for r in records if keep(r)]
 
 # %% ../../nbs/53_c2bench.ipynb #16c034
@@ -403,12 +641,15 @@ def spread_sample(tasks: list, n: int, seed: int = 0) -> list:
     "`n` tasks spread over the modules round-robin (seeded), so every module is represented when n allows."
     rng = random.Random(f"c2bench-sample:{seed}")
     by = {}
-    for t in tasks: by.setdefault(t.meta["module"], []).append(t)
-    for v in by.values(): rng.shuffle(v)
+    for t in tasks:
+        by.setdefault(t.meta["module"], []).append(t)
+    for v in by.values():
+        rng.shuffle(v)
     out, mods = [], sorted(by)
     while len(out) < min(n, len(tasks)):
         for m in mods:
-            if by[m] and len(out) < n: out.append(by[m].pop())
+            if by[m] and len(out) < n:
+                out.append(by[m].pop())
     return out
 
 # %% ../../nbs/53_c2bench.ipynb #16c034-1
@@ -417,43 +658,65 @@ def _revalidate_one(args) -> dict:
     bad = run_task_files(t.files, t.test_cmd, timeout, limits)
     good = run_task_files({**t.files, **t.solution}, t.test_cmd, timeout, limits)
     flaky = False
-    if not good.ok:   # once more: `flaky` finds upstream tests that belong in NONDETERMINISTIC
+    if not good.ok:  # once more: `flaky` finds upstream tests that belong in NONDETERMINISTIC
         again = run_task_files({**t.files, **t.solution}, t.test_cmd, timeout, limits)
         flaky, wall = again.ok, good.wall_s + again.wall_s
         good = again
-    else: wall = good.wall_s
-    return {"id": t.id, "module": t.meta["module"], "mutated_fails": bad.returncode != 0 and not bad.timed_out,
-            "solution_passes": good.ok, "flaky": flaky, "ok": bad.returncode != 0 and not bad.timed_out and good.ok,
-            "wall_s": round(bad.wall_s + wall, 3)}
+    else:
+        wall = good.wall_s
+    return {
+        "id": t.id,
+        "module": t.meta["module"],
+        "mutated_fails": bad.returncode != 0 and not bad.timed_out,
+        "solution_passes": good.ok,
+        "flaky": flaky,
+        "ok": bad.returncode != 0 and not bad.timed_out and good.ok,
+        "wall_s": round(bad.wall_s + wall, 3),
+    }
 
 # %% ../../nbs/53_c2bench.ipynb #16c034-2
 def revalidate(tasks: list, workers: int = 2, timeout: float = 30.0, limits: SandboxConfig | None = None) -> list[dict]:
     "Per task: {id, module, mutated_fails, solution_passes, flaky, ok, wall_s}, from real sandbox runs (a failing solution runs twice)."
     from composer2.sandbox.bwrap import SandboxPool
+
     with SandboxPool(workers) as pool:
         return pool.map(_revalidate_one, [(t, timeout, limits or SandboxConfig()) for t in tasks])
 
 # %% ../../nbs/53_c2bench.ipynb #16c037
-REPORT_FIG7 = {"cursorbench": {"lines_changed_median": 181, "prompt_chars_median": 390},
-               "swe_bench": {"lines_changed_median": [7, 10], "prompt_chars_median": [1185, 3055]}}
+REPORT_FIG7 = {
+    "cursorbench": {"lines_changed_median": 181, "prompt_chars_median": 390},
+    "swe_bench": {"lines_changed_median": [7, 10], "prompt_chars_median": [1185, 3055]},
+}
+
 
 def _summary(xs) -> dict:
     xs = sorted(xs)
     q = lambda p: xs[min(len(xs) - 1, int(p * (len(xs) - 1) + 0.5))]
-    return {"median": statistics.median(xs), "mean": round(statistics.fmean(xs), 3), "p10": q(0.1), "p90": q(0.9),
-            "min": xs[0], "max": xs[-1]}
+    return {
+        "median": statistics.median(xs),
+        "mean": round(statistics.fmean(xs), 3),
+        "p10": q(0.1),
+        "p90": q(0.9),
+        "min": xs[0],
+        "max": xs[-1],
+    }
+
 
 def c2bench_stats(tasks: list) -> dict:
     "Counts and distributions of a set of c2bench tasks: lines changed, prompt chars, categories, modules, hints."
-    if not tasks: raise C2Error("no tasks to summarise")
+    if not tasks:
+        raise C2Error("no tasks to summarise")
     lc = [t.meta["lines_changed"] for t in tasks]
     pc = [len(t.prompt) for t in tasks]
-    return {"n_tasks": len(tasks), "n_modules": len({t.meta["module"] for t in tasks}),
-            "lines_changed": {**_summary(lc), "counts": dict(sorted(Counter(lc).items()))},
-            "prompt_chars": {**_summary(pc), "values": pc},
-            "n_failing_tests": _summary([t.meta["n_failing"] for t in tasks]),
-            "by_category": dict(sorted(Counter(t.meta["category"] for t in tasks).items())),
-            "by_module": dict(sorted(Counter(t.meta["module"] for t in tasks).items())),
-            "by_split": dict(sorted(Counter(t.split for t in tasks).items())),
-            "by_hint": dict(sorted(Counter(t.meta["hint"] for t in tasks).items())),
-            "repo_chars": _summary([sum(map(len, t.files.values())) for t in tasks])}
+    return {
+        "n_tasks": len(tasks),
+        "n_modules": len({t.meta["module"] for t in tasks}),
+        "lines_changed": {**_summary(lc), "counts": dict(sorted(Counter(lc).items()))},
+        "prompt_chars": {**_summary(pc), "values": pc},
+        "n_failing_tests": _summary([t.meta["n_failing"] for t in tasks]),
+        "by_category": dict(sorted(Counter(t.meta["category"] for t in tasks).items())),
+        "by_module": dict(sorted(Counter(t.meta["module"] for t in tasks).items())),
+        "by_split": dict(sorted(Counter(t.split for t in tasks).items())),
+        "by_hint": dict(sorted(Counter(t.meta["hint"] for t in tasks).items())),
+        "repo_chars": _summary([sum(map(len, t.files.values())) for t in tasks]),
+    }

@@ -21,10 +21,11 @@ V2_CATEGORIES = ["feature", "multi_site", "underspecified"]
 @dataclass(frozen=True)
 class Change:
     "A change of spans of several files: `edits` are (path, start, end, before, after) over the original texts."
+
     unit: str
     category: str
-    kind: str          # removal | callers | rename | helper | branch
-    names: tuple       # what it removes or renames (dotted); a rename's camelCase spelling last
+    kind: str  # removal | callers | rename | helper | branch
+    names: tuple  # what it removes or renames (dotted); a rename's camelCase spelling last
     edits: tuple
 
     def apply(self, files: dict[str, str]) -> dict[str, str]:
@@ -33,13 +34,15 @@ class Change:
         for p in self.paths:
             text = files[p]
             for _, a, b, before, after in sorted((e for e in self.edits if e[0] == p), key=lambda e: -e[1]):
-                if text[a:b] != before: raise C2Error(f"{self.id}: {p} does not match this change")
+                if text[a:b] != before:
+                    raise C2Error(f"{self.id}: {p} does not match this change")
                 text = text[:a] + after + text[b:]
             out[p] = text
         return out
 
     @property
-    def paths(self) -> list[str]: return sorted({e[0] for e in self.edits})
+    def paths(self) -> list[str]:
+        return sorted({e[0] for e in self.edits})
 
     @property
     def id(self) -> str:
@@ -56,9 +59,10 @@ def module_name(path: str) -> str:
 @dataclass
 class Def:
     "A function, method or class of a file, and the span of whole lines that removing it deletes."
+
     path: str
     qualname: str
-    kind: str          # function | method | class
+    kind: str  # function | method | class
     node: object
     start: int
     end: int
@@ -68,17 +72,22 @@ class Def:
 def _defs(path: str, text: str, src: _Source, tree) -> list[Def]:
     "Top-level functions and classes and methods of top-level classes, each with its removal span (decorators included)."
     out = []
+
     def add(n, qn, kind):
         first, last = min([n.lineno] + [d.lineno for d in n.decorator_list]), n.end_lineno
         if first > 1 and not src.line(first - 1).strip():
-            while last + 1 < len(src.starts) and not src.line(last + 1).strip(): last += 1   # its trailing blank lines go too
+            while last + 1 < len(src.starts) and not src.line(last + 1).strip():
+                last += 1  # its trailing blank lines go too
         out.append(Def(path, qn, kind, n, *src.line_span(first, last), n.end_lineno - first + 1))
+
     for n in tree.body:
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)): add(n, n.name, "function")
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            add(n, n.name, "function")
         elif isinstance(n, ast.ClassDef):
             add(n, n.name, "class")
             for m in n.body:
-                if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)): add(m, f"{n.name}.{m.name}", "method")
+                if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    add(m, f"{n.name}.{m.name}", "method")
     return out
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-refs
@@ -88,10 +97,12 @@ def _refs(tree, defs: list[Def], src: _Source) -> list[tuple]:
     bodies = [(d.node.body[0].lineno, d.node.end_lineno, d.qualname) for d in defs if d.kind != "class"]
     out = []
     for n in ast.walk(tree):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load): name, kind = n.id, "name"
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            name, kind = n.id, "name"
         elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
             name, kind = n.attr, f"attr:{n.value.id}" if isinstance(n.value, ast.Name) else "attr"
-        else: continue
+        else:
+            continue
         own = [q for a, b, q in bodies if a <= n.lineno <= b]
         out.append((name, kind, src.off(n.lineno, n.col_offset), max(own, key=len) if own else None))
     return out
@@ -99,10 +110,11 @@ def _refs(tree, defs: list[Def], src: _Source) -> list[tuple]:
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-import
 def _import_target(path: str, node: ast.ImportFrom) -> str:
     "The absolute module a `from X import ...` in file `path` names."
-    if not node.level: return node.module or ""
+    if not node.level:
+        return node.module or ""
     parts = module_name(path).split(".")
     base = parts if path.endswith("__init__.py") else parts[:-1]
-    base = base[:len(base) - (node.level - 1)]
+    base = base[: len(base) - (node.level - 1)]
     return ".".join(base + ([node.module] if node.module else []))
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-drop
@@ -111,11 +123,16 @@ def _drop_elements(src: _Source, elts: list, keep) -> list[tuple[int, int]]:
     spans, kept = [src.span(e) for e in elts], [bool(keep(e)) for e in elts]
     out, i = [], 0
     while i < len(elts):
-        if kept[i]: i += 1; continue
+        if kept[i]:
+            i += 1
+            continue
         j = i
-        while j + 1 < len(elts) and not kept[j + 1]: j += 1            # a run i..j of removed elements
-        if j + 1 < len(elts): out.append((spans[i][0], spans[j + 1][0]))
-        elif i > 0: out.append((spans[i - 1][1], spans[j][1]))
+        while j + 1 < len(elts) and not kept[j + 1]:
+            j += 1  # a run i..j of removed elements
+        if j + 1 < len(elts):
+            out.append((spans[i][0], spans[j + 1][0]))
+        elif i > 0:
+            out.append((spans[i - 1][1], spans[j][1]))
         i = j + 1
     return out
 
@@ -125,13 +142,15 @@ def _merge(edits, files) -> tuple:
     out = []
     for p, a, b, _, after in sorted(set(edits), key=lambda e: (e[0], e[1], e[2])):
         if out and out[-1][0] == p and a <= out[-1][2] and not after and not out[-1][4]:
-            a = out[-1][1]; b = max(b, out.pop()[2])
+            a = out[-1][1]
+            b = max(b, out.pop()[2])
         out.append((p, a, b, files[p][a:b], after))
     return tuple(out)
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-unit
 class _Unit:
     "The parsed code files of a unit: defs, references, `from` imports and `__all__` lists, for the change searches."
+
     def __init__(self, name: str, files: dict[str, str], live: dict[str, set] | None = None):
         self.name, self.files, self.live = name, files, live
         self.src = {p: _Source(t) for p, t in files.items()}
@@ -148,18 +167,24 @@ class _Unit:
         mod, out = module_name(d.path), {}
         for p, tree in self.tree.items():
             for n in tree.body:
-                if isinstance(n, ast.ImportFrom) and _import_target(p, n) == mod and any(a.name == d.qualname for a in n.names):
+                if (
+                    isinstance(n, ast.ImportFrom)
+                    and _import_target(p, n) == mod
+                    and any(a.name == d.qualname for a in n.names)
+                ):
                     out.setdefault(p, []).append(n)
         return out
 
     def aliases(self, p: str) -> dict[str, str]:
         "{local name: module of the unit} of the modules file `p` imports by name (`from email import utils`)."
-        if p in self._aliases: return self._aliases[p]
+        if p in self._aliases:
+            return self._aliases[p]
         mods, out = {module_name(q) for q in self.files}, self._aliases.setdefault(p, {})
         for n in self.tree[p].body:
             if isinstance(n, ast.ImportFrom):
                 for a in n.names:
-                    if (m := f"{_import_target(p, n)}.{a.name}") in mods: out[a.asname or a.name] = m
+                    if (m := f"{_import_target(p, n)}.{a.name}") in mods:
+                        out[a.asname or a.name] = m
         return out
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-unit-refs
@@ -172,12 +197,21 @@ def _outside_refs(self: _Unit, d: Def, spans) -> list[tuple]:
     cls = next((c for c in self.defs[d.path] if c.kind == "class" and c.qualname == d.qualname.split(".")[0]), None)
     for p in paths:
         for n, kind, off, owner in self.refs[p]:
-            if n != name or any(q == p and a <= off < b for q, a, b in spans): continue
-            if d.kind == "method" and kind == "name" and not (p == d.path and owner is None and cls.start <= off < cls.end): continue
-            if d.kind != "method" and kind.startswith("attr") and kind[5:] not in via.get(p, ()): continue
-            if d.kind != "method" and kind == "name" and p != d.path and p not in imp: continue
+            if n != name or any(q == p and a <= off < b for q, a, b in spans):
+                continue
+            if (
+                d.kind == "method"
+                and kind == "name"
+                and not (p == d.path and owner is None and cls.start <= off < cls.end)
+            ):
+                continue
+            if d.kind != "method" and kind.startswith("attr") and kind[5:] not in via.get(p, ()):
+                continue
+            if d.kind != "method" and kind == "name" and p != d.path and p not in imp:
+                continue
             out.append((p, owner))
     return out
+
 
 _Unit.outside_refs = _outside_refs
 
@@ -188,29 +222,45 @@ def _removal(self: _Unit, defs: list[Def]) -> tuple | None:
     spans = [s for s in spans if not any(o != s and o[0] == s[0] and o[1] <= s[1] and s[2] <= o[2] for o in spans)]
     for path, cname in {(d.path, d.qualname.split(".")[0]) for d in defs if d.kind == "method"}:
         cd = next(x for x in self.defs[path] if x.kind == "class" and x.qualname == cname)
-        if any(a <= cd.start and cd.end <= b for p, a, b in spans if p == path): continue
+        if any(a <= cd.start and cd.end <= b for p, a, b in spans if p == path):
+            continue
         off = lambda s: self.src[path].off(s.lineno, s.col_offset)
-        if all(any(p == path and a <= off(s) < b for p, a, b in spans) for s in cd.node.body): return None
+        if all(any(p == path and a <= off(s) < b for p, a, b in spans) for s in cd.node.body):
+            return None
     edits, gone = [(p, a, b, None, "") for p, a, b in spans], {d.qualname for d in defs if d.kind != "method"}
     for d in [d for d in defs if d.kind != "method"]:
         for p, nodes in ({d.path: []} | self.importers(d)).items():
             src = self.src[p]
             for n in nodes:
                 if all(a.name in gone for a in n.names):
-                    if not src.owns_lines(n): return None
+                    if not src.owns_lines(n):
+                        return None
                     edits.append((p, *src.line_span(n.lineno, n.end_lineno), None, ""))
-                else: edits += [(p, a, b, None, "") for a, b in _drop_elements(src, n.names, lambda a: a.name not in gone)]
+                else:
+                    edits += [
+                        (p, a, b, None, "") for a, b in _drop_elements(src, n.names, lambda a: a.name not in gone)
+                    ]
             for n in self.tree[p].body:
                 targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AugAssign) else []
-                if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and isinstance(n.value, (ast.List, ast.Tuple)):
+                if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and isinstance(
+                    n.value, (ast.List, ast.Tuple)
+                ):
                     keep = lambda e: not (isinstance(e, ast.Constant) and e.value in gone)
-                    if any(keep(e) for e in n.value.elts): edits += [(p, a, b, None, "") for a, b in _drop_elements(src, n.value.elts, keep)]
+                    if any(keep(e) for e in n.value.elts):
+                        edits += [(p, a, b, None, "") for a, b in _drop_elements(src, n.value.elts, keep)]
     return _merge(edits, self.files)
+
 
 _Unit.removal = _removal
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-public
-_KEEP_DUNDERS = {"__init__", "__new__", "__init_subclass__", "__class_getitem__"}   # removing these breaks everything at once
+_KEEP_DUNDERS = {
+    "__init__",
+    "__new__",
+    "__init_subclass__",
+    "__class_getitem__",
+}  # removing these breaks everything at once
+
 
 def _public(q: str) -> bool:
     n = q.split(".")[-1]
@@ -223,11 +273,13 @@ def _callers(u: _Unit, d: Def, max_defs: int) -> list[Def]:
     while todo and len(group) <= max_defs:
         x = todo.pop()
         for p, owner in u.outside_refs(x, [(g.path, g.start, g.end) for g in group]):
-            if owner is None: return []
+            if owner is None:
+                return []
             c = next(c for c in u.defs[p] if c.qualname == owner)
             if c not in group:
                 group.append(c)
-                if c.kind != "method": todo.append(c)
+                if c.kind != "method":
+                    todo.append(c)
     return group if len(group) <= max_defs else []
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-removals
@@ -235,10 +287,13 @@ def removal_changes(u: _Unit, min_lines: int = 8, max_lines: int = 400, max_defs
     "The unit's `feature`, `multi_site` (kind 'callers') and `underspecified` (kind 'helper') removals, in source order."
     found, alldefs = [], [d for p in sorted(u.files) for d in u.defs[p]]
     for d in alldefs:
-        if not u.is_live(d) or sum(x.path == d.path and x.qualname == d.qualname for x in alldefs) > 1: continue   # a property's setter
+        if not u.is_live(d) or sum(x.path == d.path and x.qualname == d.qualname for x in alldefs) > 1:
+            continue  # a property's setter
         users = u.outside_refs(d, [(d.path, d.start, d.end)])
-        if any(o is None for _, o in users): continue
-        if _public(d.qualname) and (d.kind == "method" or not users): found.append(("feature", "removal", [d]))
+        if any(o is None for _, o in users):
+            continue
+        if _public(d.qualname) and (d.kind == "method" or not users):
+            found.append(("feature", "removal", [d]))
         elif not _public(d.qualname) and d.kind != "class" and not d.qualname.split(".")[-1].startswith("__"):
             found.append(("underspecified", "helper", [d]))
         if d.kind != "method" and users and len(group := _callers(u, d, max_defs)) >= 2 and all(map(u.is_live, group)):
@@ -273,13 +328,17 @@ def rename_changes(u: _Unit, min_uses: int = 2) -> list[Change]:
     for p in sorted(u.files):
         for d in u.defs[p]:
             name = d.qualname.split(".")[-1]
-            if d.kind == "class" or not re.fullmatch(r"[a-z]+(_[a-z0-9]+)+", name) or name in seen or not u.is_live(d): continue
+            if d.kind == "class" or not re.fullmatch(r"[a-z]+(_[a-z0-9]+)+", name) or name in seen or not u.is_live(d):
+                continue
             seen.add(name)
             new = camel(name)
-            if any(new in t for t in u.files.values()): continue
+            if any(new in t for t in u.files.values()):
+                continue
             edits = [(q, a, b, s, s.replace(name, new)) for q in sorted(u.files) for a, b, s in _tokens(u, q, name)]
             if len(edits) >= 1 + min_uses:
-                out.append(Change(u.name, "multi_site", "rename", (f"{module_name(p)}.{d.qualname}", new), tuple(edits)))
+                out.append(
+                    Change(u.name, "multi_site", "rename", (f"{module_name(p)}.{d.qualname}", new), tuple(edits))
+                )
     return out
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-branches
@@ -289,14 +348,29 @@ def branch_changes(u: _Unit, min_lines: int = 4) -> list[Change]:
     for p in sorted(u.files):
         src = u.src[p]
         for qn, fn in functions(u.tree[p]):
-            if u.live is not None and qn not in u.live.get(p, set()): continue
+            if u.live is not None and qn not in u.live.get(p, set()):
+                continue
             for block, s in _statements(fn):
-                if not (isinstance(s, ast.If) and not s.orelse and src.owns_lines(s) and s.end_lineno - s.lineno + 1 >= min_lines): continue
-                if not src.line(s.lineno).lstrip().startswith("if"): continue          # an `elif` is part of another block
+                if not (
+                    isinstance(s, ast.If)
+                    and not s.orelse
+                    and src.owns_lines(s)
+                    and s.end_lineno - s.lineno + 1 >= min_lines
+                ):
+                    continue
+                if not src.line(s.lineno).lstrip().startswith("if"):
+                    continue  # an `elif` is part of another block
                 a, b = src.line_span(s.lineno, s.end_lineno)
                 indent = re.match(r"[ \t]*", src.line(s.lineno)).group(0)
-                out.append(Change(u.name, "underspecified", "branch", (f"{module_name(p)}.{qn}",),
-                                  ((p, a, b, u.files[p][a:b], "" if len(block) > 1 else f"{indent}pass\n"),)))
+                out.append(
+                    Change(
+                        u.name,
+                        "underspecified",
+                        "branch",
+                        (f"{module_name(p)}.{qn}",),
+                        ((p, a, b, u.files[p][a:b], "" if len(block) > 1 else f"{indent}pass\n"),),
+                    )
+                )
     return out
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-live
@@ -306,14 +380,18 @@ def live_defs(path: str, text: str) -> set[str]:
     for d in _defs(path, text, _Source(text), ast.parse(text)):
         obj = mod
         try:
-            for part in d.qualname.split("."): obj = inspect.getattr_static(obj, part)
-        except AttributeError: continue
+            for part in d.qualname.split("."):
+                obj = inspect.getattr_static(obj, part)
+        except AttributeError:
+            continue
         if d.kind == "class":
-            if isinstance(obj, type) and obj.__module__ == mod.__name__ and obj.__qualname__ == d.qualname: out.add(d.qualname)
+            if isinstance(obj, type) and obj.__module__ == mod.__name__ and obj.__qualname__ == d.qualname:
+                out.add(d.qualname)
             continue
         obj = getattr(obj, "fget", obj)
         obj = getattr(obj, "__func__", obj)
         obj = inspect.unwrap(obj) if callable(obj) else obj
         code = getattr(obj, "__code__", None)
-        if code is not None and Path(code.co_filename).name == Path(path).name and code.co_name == d.node.name: out.add(d.qualname)
+        if code is not None and Path(code.co_filename).name == Path(path).name and code.co_name == d.node.name:
+            out.add(d.qualname)
     return out

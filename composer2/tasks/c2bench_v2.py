@@ -10,11 +10,33 @@ from pathlib import Path
 from ..core import C2Error
 from ..config import SandboxConfig
 from ..data.corpus import stdlib_dir
-from .c2bench import (MODULES, FORMAT, REPORT_FIG7, _clean, _gz, _sha, _write_version, c2bench_stats,
-                                     default_assets, diff_counts, failing_tests, module_splits, run_task_files,
-                                     skip_nondeterministic, stdlib_sources, support_paths)
-from .c2bench_changes import (V2_CATEGORIES, Change, _Unit, branch_changes, live_defs,
-                                             removal_changes, rename_changes)
+from composer2.tasks.c2bench import (
+    MODULES,
+    FORMAT,
+    REPORT_FIG7,
+    _clean,
+    _gz,
+    _sha,
+    _write_version,
+    c2bench_stats,
+    default_assets,
+    diff_counts,
+    failing_tests,
+    module_splits,
+    run_task_files,
+    skip_nondeterministic,
+    stdlib_sources,
+    support_paths,
+)
+from composer2.tasks.c2bench_changes import (
+    V2_CATEGORIES,
+    Change,
+    _Unit,
+    branch_changes,
+    live_defs,
+    removal_changes,
+    rename_changes,
+)
 
 # %% auto #0
 __all__ = ['V2_UNITS', 'V2_QUOTA', 'V2_PACKAGE_QUOTA', 'V2_MIN_LINES', 'V2_EVAL_PACKAGES', 'site_dir', 'unit_layout',
@@ -22,16 +44,34 @@ __all__ = ['V2_UNITS', 'V2_QUOTA', 'V2_PACKAGE_QUOTA', 'V2_MIN_LINES', 'V2_EVAL_
            'v2_splits', 'build_c2bench_v2', 'v2_stats']
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-units
-_EMAIL_TESTS = ["_encoded_words", "_header_value_parser", "asian_codecs", "contentmanager", "defect_handling", "generator",
-                "headerregistry", "inversion", "message", "parser", "pickleable", "policy", "utils"]
-V2_UNITS = {**{m: {"tests": [f"test.test_{m}"]} for m in MODULES},
-            "email": {"tests": [f"test.test_email.test_{t}" for t in _EMAIL_TESTS]},
-            "html": {"tests": ["test.test_html", "test.test_htmlparser"]},
-            "http": {"tests": ["test.test_http_cookies", "test.test_http_cookiejar"], "edit": ["http/cookies.py", "http/cookiejar.py"]},
-            "tomllib": {"tests": ["test.test_tomllib.test_error", "test.test_tomllib.test_misc"]},
-            "urllib": {"tests": ["test.test_urlparse"], "edit": ["urllib/parse.py"]},
-            "zoneinfo": {"tests": ["test.test_zoneinfo"]},
-            "pyflakes": {"tests": "pyflakes/test", "site": True}}
+_EMAIL_TESTS = [
+    "_encoded_words",
+    "_header_value_parser",
+    "asian_codecs",
+    "contentmanager",
+    "defect_handling",
+    "generator",
+    "headerregistry",
+    "inversion",
+    "message",
+    "parser",
+    "pickleable",
+    "policy",
+    "utils",
+]
+V2_UNITS = {
+    **{m: {"tests": [f"test.test_{m}"]} for m in MODULES},
+    "email": {"tests": [f"test.test_email.test_{t}" for t in _EMAIL_TESTS]},
+    "html": {"tests": ["test.test_html", "test.test_htmlparser"]},
+    "http": {
+        "tests": ["test.test_http_cookies", "test.test_http_cookiejar"],
+        "edit": ["http/cookies.py", "http/cookiejar.py"],
+    },
+    "tomllib": {"tests": ["test.test_tomllib.test_error", "test.test_tomllib.test_misc"]},
+    "urllib": {"tests": ["test.test_urlparse"], "edit": ["urllib/parse.py"]},
+    "zoneinfo": {"tests": ["test.test_zoneinfo"]},
+    "pyflakes": {"tests": "pyflakes/test", "site": True},
+}
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-site
 def site_dir() -> Path:
@@ -44,8 +84,10 @@ def _text_files(root: Path, rel: str) -> list[str]:
     out = []
     for p in sorted((root / rel).rglob("*")):
         if p.is_file() and "__pycache__" not in p.parts:
-            try: p.read_text(encoding="utf-8")
-            except (UnicodeDecodeError, ValueError): continue
+            try:
+                p.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, ValueError):
+                continue
             out.append(str(p.relative_to(root)))
     return out
 
@@ -55,10 +97,10 @@ def unit_layout(unit: str, stdlib: Path | None = None, site: Path | None = None)
     spec = V2_UNITS[unit]
     root = Path(site or site_dir()) if spec.get("site") else Path(stdlib or stdlib_dir())
     files = _text_files(root, unit) if (root / unit).is_dir() else [f"{unit}.py"]
-    if spec.get("site"):           # an installed package carries its own tests
+    if spec.get("site"):  # an installed package carries its own tests
         tests = [p for p in files if p.startswith(spec["tests"] + "/")]
         mods = [p.removesuffix(".py").replace("/", ".") for p in tests if re.search(r"/test_\w+\.py$", p)]
-    else:                          # a test package (test/test_email/) comes whole: its __init__, helpers and data
+    else:  # a test package (test/test_email/) comes whole: its __init__, helpers and data
         tests, mods = [], spec["tests"]
         for m in mods:
             top = "/".join(m.split(".")[:2])
@@ -75,90 +117,142 @@ def unit_test_cmd(test_modules: list[str]) -> str:
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-sources
 def unit_sources(units, stdlib: Path | None = None, site: Path | None = None) -> tuple[dict[str, str], dict[str, dict]]:
     "({workspace path: text} of test.support and every unit's files, {unit: its layout (no root) and test command})."
-    sources, layouts = stdlib_sources([], stdlib), {}          # test/__init__.py and test.support
+    sources, layouts = stdlib_sources([], stdlib), {}  # test/__init__.py and test.support
     for u in units:
         lay = unit_layout(u, stdlib, site)
         for p in lay["files"]:
-            if not (f := lay["root"] / p).is_file(): raise C2Error(f"{f} does not exist: unit {u} cannot be built here")
+            if not (f := lay["root"] / p).is_file():
+                raise C2Error(f"{f} does not exist: unit {u} cannot be built here")
             sources[p] = f.read_text(encoding="utf-8")
         layouts[u] = {k: v for k, v in lay.items() if k != "root"} | {"test_cmd": unit_test_cmd(lay["test_modules"])}
     return sources, layouts
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-ws
-def unit_workspace(unit: str, layout: dict, sources: dict[str, str], changed: dict[str, str] | None = None) -> dict[str, str]:
+def unit_workspace(
+    unit: str, layout: dict, sources: dict[str, str], changed: dict[str, str] | None = None
+) -> dict[str, str]:
     "The files of a task's repository: test.support, the unit's code and tests, `changed` written over them."
     files = {p: sources[p] for p in support_paths(sources) + layout["files"]}
-    if (t := f"test/test_{unit}.py") in files: files[t] = skip_nondeterministic(unit, files[t])
+    if (t := f"test/test_{unit}.py") in files:
+        files[t] = skip_nondeterministic(unit, files[t])
     return {**files, **(changed or {})}
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-probe
-_PROBE_V2 = ("import importlib, json, os, sys, unittest, unittest.main, test.support; tops = {tops!r}; "
-             "pre = [t for t in tops if t in sys.modules]; [importlib.import_module(m) for m in {mods!r}]; "
-             "print(json.dumps([pre, all(os.path.abspath(importlib.import_module(t).__file__).startswith(os.getcwd() + '/') for t in tops)]))")
+_PROBE_V2 = (
+    "import importlib, json, os, sys, unittest, unittest.main, test.support; tops = {tops!r}; "
+    "pre = [t for t in tops if t in sys.modules]; [importlib.import_module(m) for m in {mods!r}]; "
+    "print(json.dumps([pre, all(os.path.abspath(importlib.import_module(t).__file__).startswith(os.getcwd() + '/') for t in tops)]))"
+)
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-vet
-def vet_unit(unit: str, layout: dict, sources: dict[str, str], max_test_s: float = 15.0, limits: SandboxConfig | None = None) -> dict:
+def vet_unit(
+    unit: str, layout: dict, sources: dict[str, str], max_test_s: float = 15.0, limits: SandboxConfig | None = None
+) -> dict:
     "Whether `unit` can make v2 tasks here: {module, ok, reason, test_s, n_tests}."
     out = {"module": unit, "ok": False, "reason": "", "test_s": None, "n_tests": 0}
     files = unit_workspace(unit, layout, sources)
     r = run_task_files(files, layout["test_cmd"], timeout=max(60.0, 20 * max_test_s), limits=limits)
-    out["test_s"] = round(r.cpu_s, 3)           # CPU time: a loaded machine must not turn a unit away (the build would differ)
+    out["test_s"] = round(r.cpu_s, 3)  # CPU time: a loaded machine must not turn a unit away (the build would differ)
     out["n_tests"] = int(n.group(1)) if (n := re.search(r"^Ran (\d+) tests?", r.stderr, re.M)) else 0
-    if not r.ok: out["reason"] = f"its tests fail in the sandbox ({_clean(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'no output')})"
-    elif r.cpu_s > max_test_s: out["reason"] = f"its tests take {r.cpu_s:.1f} s of CPU (> {max_test_s} s)"
-    elif out["n_tests"] == 0: out["reason"] = "no tests ran"
+    if not r.ok:
+        out["reason"] = (
+            f"its tests fail in the sandbox ({_clean(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'no output')})"
+        )
+    elif r.cpu_s > max_test_s:
+        out["reason"] = f"its tests take {r.cpu_s:.1f} s of CPU (> {max_test_s} s)"
+    elif out["n_tests"] == 0:
+        out["reason"] = "no tests ran"
     else:
         tops = sorted({p.split("/")[0].removesuffix(".py") for p in layout["code"]})
-        p = run_task_files(files, "python3 -B -c " + json.dumps(_PROBE_V2.format(tops=tops, mods=layout["test_modules"])), 120.0, limits)
-        try: pre, local = json.loads(p.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError): pre, local = None, None
-        if pre is None: out["reason"] = f"the import probe failed: {_clean(p.stderr.strip()[-200:])}"
-        elif pre: out["reason"] = f"unittest or test.support imports {pre[0]} before the test does"
-        elif not local: out["reason"] = "the sandbox's interpreter loads it from elsewhere, not the workspace"
-        else: out["ok"] = True
+        p = run_task_files(
+            files,
+            "python3 -B -c " + json.dumps(_PROBE_V2.format(tops=tops, mods=layout["test_modules"])),
+            120.0,
+            limits,
+        )
+        try:
+            pre, local = json.loads(p.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            pre, local = None, None
+        if pre is None:
+            out["reason"] = f"the import probe failed: {_clean(p.stderr.strip()[-200:])}"
+        elif pre:
+            out["reason"] = f"unittest or test.support imports {pre[0]} before the test does"
+        elif not local:
+            out["reason"] = "the sandbox's interpreter loads it from elsewhere, not the workspace"
+        else:
+            out["ok"] = True
     return out
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-prompts
 _V2_PROMPTS = {
-    "feature": ["`{name}` is gone, put it back.", "Someone deleted `{name}`. Restore it so the tests pass.",
-                "{unit}: `{name}` is missing ({count} failing). Bring it back.", "Re-add `{name}`; {first} fails{err}."],
-    "callers": ["`{name}` and the code that uses it ({others}) were deleted from {unit}. Restore them.",
-                "Put back `{name}` in {unit}, and {others}: they went together.",
-                "{unit} lost `{name}` and everything calling it ({others}); {count} failing. Please restore."],
-    "rename": ["`{old}` should be called `{new}` (PEP 8). Rename it everywhere in {unit}; the tests use the new name.",
-               "Rename `{old}` to `{new}` at every definition and use in {unit}.",
-               "The tests want `{new}`, but {unit} still spells it `{old}`. Rename it throughout."],
-    "underspecified": ["{sym} is broken: {count} failing, e.g. {first}.", "Since the last change, {sym} no longer works{err}. Don't change the tests.",
-                       "Something broke {sym} in {unit} ({count} failing).", "{Sym} regressed: {first} fails{err}. Fix the code, not the test."],
+    "feature": [
+        "`{name}` is gone, put it back.",
+        "Someone deleted `{name}`. Restore it so the tests pass.",
+        "{unit}: `{name}` is missing ({count} failing). Bring it back.",
+        "Re-add `{name}`; {first} fails{err}.",
+    ],
+    "callers": [
+        "`{name}` and the code that uses it ({others}) were deleted from {unit}. Restore them.",
+        "Put back `{name}` in {unit}, and {others}: they went together.",
+        "{unit} lost `{name}` and everything calling it ({others}); {count} failing. Please restore.",
+    ],
+    "rename": [
+        "`{old}` should be called `{new}` (PEP 8). Rename it everywhere in {unit}; the tests use the new name.",
+        "Rename `{old}` to `{new}` at every definition and use in {unit}.",
+        "The tests want `{new}`, but {unit} still spells it `{old}`. Rename it throughout.",
+    ],
+    "underspecified": [
+        "{sym} is broken: {count} failing, e.g. {first}.",
+        "Since the last change, {sym} no longer works{err}. Don't change the tests.",
+        "Something broke {sym} in {unit} ({count} failing).",
+        "{Sym} regressed: {first} fails{err}. Fix the code, not the test.",
+    ],
 }
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-symptom
 def symptom(test_id: str) -> str:
     "The behaviour a failing test names, in words: `...TestQuote.test_quote_of_empty` -> 'quote of empty'."
-    words = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", test_id.rsplit(".", 1)[-1].removeprefix("test_").removeprefix("test"))
+    words = re.sub(
+        r"([a-z0-9])([A-Z])", r"\1 \2", test_id.rsplit(".", 1)[-1].removeprefix("test_").removeprefix("test")
+    )
     return re.sub(r"\s+", " ", words.replace("_", " ")).strip().lower() or test_id.rsplit(".", 1)[-1]
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-mkprompt
 def make_prompt_v2(change: Change, failures: list[dict], seed: str) -> tuple[str, str]:
     "(prompt, hint): hint 'name' (features, callers, renames) or 'symptom' (underspecified: neither the function nor the file)."
-    if not failures: raise C2Error("a prompt needs at least one failing test")
+    if not failures:
+        raise C2Error("a prompt needs at least one failing test")
     rng = random.Random(f"c2bench-v2-prompt:{seed}")
     f, n = failures[0], len(failures)
     err = f" with `{f['error']}`" if f["error"] and rng.random() < 0.6 else ""
     if change.category == "underspecified" and any(x.rsplit(".", 1)[-1] in f["error"] for x in change.names):
         err = f" ({f['error'].split(':')[0]})"
-    short = lambda q: ".".join(q.split(".")[-2:]) if q.count(".") and q.split(".")[-2][:1].isupper() else q   # Class.method
+    short = lambda q: (
+        ".".join(q.split(".")[-2:]) if q.count(".") and q.split(".")[-2][:1].isupper() else q
+    )  # Class.method
     kind = change.category if change.category != "multi_site" else change.kind
-    others = ", ".join(f"`{short(x)}`" for x in change.names[1:4]) + (f" and {len(change.names) - 4} more" if len(change.names) > 4 else "")
+    others = ", ".join(f"`{short(x)}`" for x in change.names[1:4]) + (
+        f" and {len(change.names) - 4} more" if len(change.names) > 4 else ""
+    )
     sym = symptom(f["id"])
     text = rng.choice(_V2_PROMPTS[kind]).format(
-        name=change.names[0], others=others, unit=change.unit, count=f"{n} test{'s' if n > 1 else ''}", first=".".join(f["id"].split(".")[-2:]),
-        err=err, old=change.names[-1], new=change.names[0].rsplit(".", 1)[-1], sym=sym, Sym=sym[:1].upper() + sym[1:])
+        name=change.names[0],
+        others=others,
+        unit=change.unit,
+        count=f"{n} test{'s' if n > 1 else ''}",
+        first=".".join(f["id"].split(".")[-2:]),
+        err=err,
+        old=change.names[-1],
+        new=change.names[0].rsplit(".", 1)[-1],
+        sym=sym,
+        Sym=sym[:1].upper() + sym[1:],
+    )
     return text, ("symptom" if change.category == "underspecified" else "name")
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-quota
 V2_QUOTA = {"feature": 2, "multi_site": 2, "underspecified": 2}
-V2_PACKAGE_QUOTA = {"feature": 3, "multi_site": 12, "underspecified": 4}   # units of several code files
+V2_PACKAGE_QUOTA = {"feature": 3, "multi_site": 12, "underspecified": 4}  # units of several code files
 V2_MIN_LINES = {"removal": 18, "callers": 10, "helper": 15, "branch": 6, "rename": 1}
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-lines
@@ -173,10 +267,19 @@ def v2_candidates(unit: str, layout: dict, sources: dict[str, str], seed: int = 
     u = _Unit(unit, code, {p: live_defs(p, t) for p, t in code.items()})
     found = removal_changes(u) + rename_changes(u) + branch_changes(u)
     # a third of the helpers removed with callers in other files become underspecified tasks: the same change, never twice
-    found = [dataclasses.replace(c, category="underspecified") if c.kind == "callers" and len(c.paths) > 1 and int(c.id[-8:], 16) % 3 == 0
-             else c for c in found]
-    found = list({c.edits: c for c in sorted(found, key=lambda c: c.id, reverse=True)}.values())   # one change, one task
-    found = [c for c in found if _approx_lines(c) >= V2_MIN_LINES[c.kind] and (c.kind != "rename" or len(c.paths) > 1 or _approx_lines(c) >= 5)]
+    found = [
+        dataclasses.replace(c, category="underspecified")
+        if c.kind == "callers" and len(c.paths) > 1 and int(c.id[-8:], 16) % 3 == 0
+        else c
+        for c in found
+    ]
+    found = list({c.edits: c for c in sorted(found, key=lambda c: c.id, reverse=True)}.values())  # one change, one task
+    found = [
+        c
+        for c in found
+        if _approx_lines(c) >= V2_MIN_LINES[c.kind]
+        and (c.kind != "rename" or len(c.paths) > 1 or _approx_lines(c) >= 5)
+    ]
     rng, out = random.Random(f"c2bench-v2:{seed}:{unit}"), {}
     for cat in V2_CATEGORIES:
         ranked = []
@@ -189,7 +292,8 @@ def v2_candidates(unit: str, layout: dict, sources: dict[str, str], seed: int = 
     return out
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-splits
-V2_EVAL_PACKAGES = 2   # fewest packages (units of several code files) in the eval split
+V2_EVAL_PACKAGES = 2  # fewest packages (units of several code files) in the eval split
+
 
 def v2_splits(layouts: dict) -> dict[str, str]:
     """{unit: 'train' | 'eval'} for the units of `layouts`: v1's hash of the name (`module_splits`), then, while eval holds
@@ -199,34 +303,57 @@ def v2_splits(layouts: dict) -> dict[str, str]:
     splits = module_splits(list(layouts))
     packages = sorted((u for u in layouts if len(layouts[u]["code"]) > 1), key=lambda u: _sha(f"c2bench-eval:{u}"))
     short = V2_EVAL_PACKAGES - sum(splits[u] == "eval" for u in packages)
-    for u in [u for u in packages if splits[u] == "train"][:max(short, 0)]: splits[u] = "eval"
+    for u in [u for u in packages if splits[u] == "train"][: max(short, 0)]:
+        splits[u] = "eval"
     return splits
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-check
 def _check_change(args) -> dict:
     "Run one candidate: the unit's tests over its changed files; the outcome and the failing tests."
     c, layout, sources, timeout, limits = args
-    r = run_task_files(unit_workspace(c.unit, layout, sources, c.apply(sources)), layout["test_cmd"], timeout=timeout, limits=limits)
+    r = run_task_files(
+        unit_workspace(c.unit, layout, sources, c.apply(sources)), layout["test_cmd"], timeout=timeout, limits=limits
+    )
     fails = failing_tests(r.stderr)
-    if r.timed_out or r.killed_by: outcome = "timeout"
-    elif r.returncode == 0: outcome = "survived"
-    elif any(f["id"].startswith("unittest.loader.") for f in fails): outcome = "import_error"   # a test module did not load
-    elif fails: outcome = "killed"
-    else: outcome = "crashed"
+    if r.timed_out or r.killed_by:
+        outcome = "timeout"
+    elif r.returncode == 0:
+        outcome = "survived"
+    elif any(f["id"].startswith("unittest.loader.") for f in fails):
+        outcome = "import_error"  # a test module did not load
+    elif fails:
+        outcome = "killed"
+    else:
+        outcome = "crashed"
     return {"outcome": outcome, "failures": fails, "wall_s": r.wall_s}
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-record
 def _record_v2(c: Change, sources: dict[str, str], res: dict, split: str) -> dict:
     "The stored record of a validated change: its edits, prompt, failing tests and sizes."
     new, counts = c.apply(sources), Counter()
-    for p in new: counts.update(diff_counts(new[p], sources[p]))
+    for p in new:
+        counts.update(diff_counts(new[p], sources[p]))
     prompt, hint = make_prompt_v2(c, res["failures"], c.id)
     first = c.edits[0]
-    return {"id": c.id, "split": split, "module": c.unit, "category": c.category, "kind": c.kind, "qualname": c.names[0],
-            "names": list(c.names), "edits": [list(e) for e in c.edits], "lineno": sources[first[0]].count("\n", 0, first[1]) + 1,
-            "prompt": prompt, "hint": hint, "n_failing": len(res["failures"]), "failing_tests": [f["id"] for f in res["failures"][:20]],
-            "first_error": res["failures"][0]["error"], **dict(counts), "files_changed": len(new),
-            "mutated_sha256": {p: _sha(t) for p, t in sorted(new.items())}}
+    return {
+        "id": c.id,
+        "split": split,
+        "module": c.unit,
+        "category": c.category,
+        "kind": c.kind,
+        "qualname": c.names[0],
+        "names": list(c.names),
+        "edits": [list(e) for e in c.edits],
+        "lineno": sources[first[0]].count("\n", 0, first[1]) + 1,
+        "prompt": prompt,
+        "hint": hint,
+        "n_failing": len(res["failures"]),
+        "failing_tests": [f["id"] for f in res["failures"][:20]],
+        "first_error": res["failures"][0]["error"],
+        **dict(counts),
+        "files_changed": len(new),
+        "mutated_sha256": {p: _sha(t) for p, t in sorted(new.items())},
+    }
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-rounds
 def _validate(cands: dict, quota: dict, layouts: dict, sources: dict, pool, timeout: float, limits, log) -> dict:
@@ -239,20 +366,37 @@ def _validate(cands: dict, quota: dict, layouts: dict, sources: dict, pool, time
         for (u, k), res in results.items():
             need, done = quota[u][k] - accepted((u, k)), len(res)
             if need > 0 and done < len(cands[u][k]):
-                jobs += [((u, k), (c, layouts[u], sources, timeout, limits)) for c in cands[u][k][done:done + math.ceil(1.5 * need) + 1]]
-        if not jobs: return results
+                jobs += [
+                    ((u, k), (c, layouts[u], sources, timeout, limits))
+                    for c in cands[u][k][done : done + math.ceil(1.5 * need) + 1]
+                ]
+        if not jobs:
+            return results
         rnd, t0 = rnd + 1, time.time()
-        for (key, _), res in zip(jobs, pool.map(_check_change, [j for _, j in jobs])): results[key].append(res)
-        log(f"c2bench v2: round {rnd}: {len(jobs)} candidates in {time.time() - t0:.1f}s; "
-            f"{sum(min(accepted(k), quota[k[0]][k[1]]) for k in results)} tasks so far")
+        for (key, _), res in zip(jobs, pool.map(_check_change, [j for _, j in jobs])):
+            results[key].append(res)
+        log(
+            f"c2bench v2: round {rnd}: {len(jobs)} candidates in {time.time() - t0:.1f}s; "
+            f"{sum(min(accepted(k), quota[k[0]][k[1]]) for k in results)} tasks so far"
+        )
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-build
-def build_c2bench_v2(out: Path | str | None = None, version: str = "v2", units=None, seed: int = 0, workers: int = 2,
-                     max_test_s: float = 15.0, cpu_seconds: int = 20, timeout: float = 300.0, limits: SandboxConfig | None = None,
-                     log=print) -> dict:
+def build_c2bench_v2(
+    out: Path | str | None = None,
+    version: str = "v2",
+    units=None,
+    seed: int = 0,
+    workers: int = 2,
+    max_test_s: float = 15.0,
+    cpu_seconds: int = 20,
+    timeout: float = 300.0,
+    limits: SandboxConfig | None = None,
+    log=print,
+) -> dict:
     "Generate and validate the v2 tasks into `out/version/` (default: the package's assets); returns the manifest."
     from composer2.sandbox.bwrap import SandboxPool
     from composer2.sandbox.host import bwrap_path
+
     bwrap_path()
     t_start, units = time.time(), sorted(units or V2_UNITS)
     sources, layouts = unit_sources(units)
@@ -262,8 +406,12 @@ def build_c2bench_v2(out: Path | str | None = None, version: str = "v2", units=N
         vets = {v["module"]: v for v in pool.map(lambda u: vet_unit(u, layouts[u], sources, max_test_s, limits), units)}
         rejected = {u: v["reason"] for u, v in vets.items() if not v["ok"]}
         usable = [u for u in units if vets[u]["ok"]]
-        log(f"c2bench {version}: {len(usable)} of {len(units)} units usable" + "".join(f"\n  skip {m}: {r}" for m, r in rejected.items()))
-        if not usable: raise C2Error("no unit is usable for c2bench v2 on this interpreter")
+        log(
+            f"c2bench {version}: {len(usable)} of {len(units)} units usable"
+            + "".join(f"\n  skip {m}: {r}" for m, r in rejected.items())
+        )
+        if not usable:
+            raise C2Error("no unit is usable for c2bench v2 on this interpreter")
         cands = {u: v2_candidates(u, layouts[u], sources, seed) for u in usable}
         quota = {u: V2_PACKAGE_QUOTA if len(layouts[u]["code"]) > 1 else V2_QUOTA for u in usable}
         results = _validate(cands, quota, layouts, sources, pool, timeout, change_limits, log)
@@ -271,34 +419,76 @@ def build_c2bench_v2(out: Path | str | None = None, version: str = "v2", units=N
     for u in usable:
         outcomes = Counter(r["outcome"] for k in V2_CATEGORIES for r in results[(u, k)])
         for k in V2_CATEGORIES:
-            keep = [(c, r) for c, r in zip(cands[u][k], results[(u, k)]) if r["outcome"] == "killed"][:quota[u][k]]
+            keep = [(c, r) for c, r in zip(cands[u][k], results[(u, k)]) if r["outcome"] == "killed"][: quota[u][k]]
             records += [_record_v2(c, sources, r, splits[u]) for c, r in keep]
-        per_unit[u] = {"tasks": sum(r["module"] == u for r in records), "split": splits[u], "files": layouts[u]["files"],
-                       "code": layouts[u]["code"], "test_cmd": layouts[u]["test_cmd"], "n_tests": vets[u]["n_tests"],
-                       "candidates": {k: len(cands[u][k]) for k in V2_CATEGORIES}, "tried": sum(outcomes.values()),
-                       **{k: outcomes.get(k, 0) for k in ("killed", "survived", "import_error", "timeout", "crashed")}}
-    keep_sources = {p: sources[p] for p in sorted(set(support_paths(sources)).union(*(layouts[u]["files"] for u in usable)))}
+        per_unit[u] = {
+            "tasks": sum(r["module"] == u for r in records),
+            "split": splits[u],
+            "files": layouts[u]["files"],
+            "code": layouts[u]["code"],
+            "test_cmd": layouts[u]["test_cmd"],
+            "n_tests": vets[u]["n_tests"],
+            "candidates": {k: len(cands[u][k]) for k in V2_CATEGORIES},
+            "tried": sum(outcomes.values()),
+            **{k: outcomes.get(k, 0) for k in ("killed", "survived", "import_error", "timeout", "crashed")},
+        }
+    keep_sources = {
+        p: sources[p] for p in sorted(set(support_paths(sources)).union(*(layouts[u]["files"] for u in usable)))
+    }
     runs = sum(len(r) for r in results.values()) + 2 * len(units)
-    return _write_v2(Path(out or default_assets()) / version, version, records, keep_sources, per_unit, rejected, seed,
-                     change_limits, timeout, {"seconds": round(time.time() - t_start, 1), "workers": workers, "runs": runs}, log)
+    return _write_v2(
+        Path(out or default_assets()) / version,
+        version,
+        records,
+        keep_sources,
+        per_unit,
+        rejected,
+        seed,
+        change_limits,
+        timeout,
+        {"seconds": round(time.time() - t_start, 1), "workers": workers, "runs": runs},
+        log,
+    )
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-write
-def _write_v2(dest: Path, version: str, records: list, sources: dict, per_unit: dict, rejected: dict, seed: int, limits,
-              timeout: float, build: dict, log) -> dict:
+def _write_v2(
+    dest: Path,
+    version: str,
+    records: list,
+    sources: dict,
+    per_unit: dict,
+    rejected: dict,
+    seed: int,
+    limits,
+    timeout: float,
+    build: dict,
+    log,
+) -> dict:
     "Write tasks.jsonl.gz, sources.json.gz (gzip with mtime 0: the same bytes every build) and manifest.json; the manifest."
     tasks_gz = _gz("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
     sources_gz = _gz(json.dumps(sources, sort_keys=True, indent=0))
     manifest = {
-        "name": "c2bench", "version": version, "format": FORMAT,
+        "name": "c2bench",
+        "version": version,
+        "format": FORMAT,
         "python": {"version": ".".join(map(str, sys.version_info[:3])), "implementation": sys.implementation.name},
-        "seed": seed, "quota": V2_QUOTA, "package_quota": V2_PACKAGE_QUOTA, "min_lines": V2_MIN_LINES, "categories": V2_CATEGORIES,
+        "seed": seed,
+        "quota": V2_QUOTA,
+        "package_quota": V2_PACKAGE_QUOTA,
+        "min_lines": V2_MIN_LINES,
+        "categories": V2_CATEGORIES,
         "change_limits": {"cpu_seconds": limits.cpu_seconds, "timeout_s": timeout, "memory_mb": limits.memory_mb},
-        "modules": per_unit, "rejected": rejected,
-        "counts": {"tasks": len(records), "modules": len(per_unit),
-                   "by_category": dict(sorted(Counter(r["category"] for r in records).items())),
-                   "by_split": dict(sorted(Counter(r["split"] for r in records).items()))},
+        "modules": per_unit,
+        "rejected": rejected,
+        "counts": {
+            "tasks": len(records),
+            "modules": len(per_unit),
+            "by_category": dict(sorted(Counter(r["category"] for r in records).items())),
+            "by_split": dict(sorted(Counter(r["split"] for r in records).items())),
+        },
         "sources": {p: _sha(t) for p, t in sources.items()},
-        "build": build}                  # informational: varies run to run
+        "build": build,
+    }  # informational: varies run to run
     _write_version(dest, tasks_gz, sources_gz, manifest)
     log(f"c2bench {version}: {len(records)} tasks from {len(per_unit)} units in {build['seconds']}s -> {dest}")
     return manifest
@@ -308,6 +498,9 @@ def v2_stats(tasks: list) -> dict:
     "v1's `c2bench_stats` plus files touched per task, the share touching 2 or more, and the kinds of change."
     st = c2bench_stats(tasks)
     fc = [t.meta.get("files_changed", 1) for t in tasks]
-    st.update(files_changed=dict(sorted(Counter(fc).items())), multi_file_share=round(sum(f > 1 for f in fc) / len(fc), 4),
-              by_kind=dict(sorted(Counter(t.meta.get("kind", t.meta["category"]) for t in tasks).items())))
+    st.update(
+        files_changed=dict(sorted(Counter(fc).items())),
+        multi_file_share=round(sum(f > 1 for f in fc) / len(fc), 4),
+        by_kind=dict(sorted(Counter(t.meta.get("kind", t.meta["category"]) for t in tasks).items())),
+    )
     return st

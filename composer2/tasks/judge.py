@@ -9,8 +9,14 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from ..core import C2Error
-from ..sandbox.paths import (SANDBOX_WS, open_beneath, read_bytes_beneath, remove_beneath, replace_beneath,
-                                     workspace_digest)
+from composer2.sandbox.paths import (
+    SANDBOX_WS,
+    open_beneath,
+    read_bytes_beneath,
+    remove_beneath,
+    replace_beneath,
+    workspace_digest,
+)
 from ..sandbox.bwrap import RunResult, Sandbox
 from ..sandbox.workspace import make_workspace, remove_workspace
 from .task import Task
@@ -23,10 +29,14 @@ __all__ = ['AUDITED', 'JUDGE_RUNNER', 'protected_files', 'judge_spec', 'Verdict'
 # %% ../../nbs/57_judge.ipynb #15c005
 def protected_files(task: Task) -> list[str]:
     "The files the judge restores before testing: `meta['protected']`, else the files the fix leaves alone that are tests (a path part starting with 'test') or named by the test command."
-    if "protected" in task.meta: return list(task.meta["protected"])
+    if "protected" in task.meta:
+        return list(task.meta["protected"])
     named = set(re.findall(r"[\w./-]+", task.test_cmd))
-    return sorted(p for p, text in task.files.items() if task.solution.get(p, text) == text
-                  and (any(part.startswith("test") for part in p.split("/")) or p in named))
+    return sorted(
+        p
+        for p, text in task.files.items()
+        if task.solution.get(p, text) == text and (any(part.startswith("test") for part in p.split("/")) or p in named)
+    )
 
 # %% ../../nbs/57_judge.ipynb #15c005-1
 def judge_spec(task: Task) -> dict:
@@ -35,19 +45,28 @@ def judge_spec(task: Task) -> dict:
     glob runner of long-horizon tasks expanded to its `test_*.py`: a script passes when it runs to its end); `fresh` are
     the workspace's top-level module names (imported from the workspace even if the runner loaded a namesake).
     `meta['judge']` overrides; `C2Error` for a test command that is neither."""
-    if "judge" in task.meta: spec = dict(task.meta["judge"])
+    if "judge" in task.meta:
+        spec = dict(task.meta["judge"])
     elif m := re.search(r"-m\s+unittest\b(?:\s+-\S+)*((?:\s+[\w.]+)+)", task.test_cmd):
         spec = {"kind": "unittest", "tests": m.group(1).split()}
     else:
         tests = []
         for s in re.findall(r"\bpython3?(?:\s+-\S+)*\s+([\w./-]+\.py)\b", task.test_cmd):
-            if task.files.get(s) == _RUNNER: tests += sorted(p for p in task.files if re.fullmatch(r"test_[^/]*\.py", p))
-            else: tests.append(s)
-        if not tests: raise C2Error(f"cannot judge test command {task.test_cmd!r}: it runs neither `python3 -m unittest MODULE` "
-                                    "nor test scripts (set meta['judge'])")
+            if task.files.get(s) == _RUNNER:
+                tests += sorted(p for p in task.files if re.fullmatch(r"test_[^/]*\.py", p))
+            else:
+                tests.append(s)
+        if not tests:
+            raise C2Error(
+                f"cannot judge test command {task.test_cmd!r}: it runs neither `python3 -m unittest MODULE` "
+                "nor test scripts (set meta['judge'])"
+            )
         spec = {"kind": "scripts", "tests": tests}
-    if spec.get("kind") not in ("unittest", "scripts") or not spec.get("tests"): raise C2Error(f"bad judge spec {spec!r}")
-    spec.setdefault("fresh", sorted({p.split("/")[0].removesuffix(".py") for p in task.files if p.endswith(".py") or "/" in p}))
+    if spec.get("kind") not in ("unittest", "scripts") or not spec.get("tests"):
+        raise C2Error(f"bad judge spec {spec!r}")
+    spec.setdefault(
+        "fresh", sorted({p.split("/")[0].removesuffix(".py") for p in task.files if p.endswith(".py") or "/" in p})
+    )
     spec.setdefault("hashseed", int(m.group(1)) if (m := re.search(r"PYTHONHASHSEED=(\d+)", task.test_cmd)) else 0)
     spec.setdefault("trusted", protected_files(task))
     hidden = task.meta.get("hidden_tests", []) if spec["kind"] == "scripts" else []
@@ -63,9 +82,18 @@ def judge_spec(task: Task) -> dict:
 # and, through an audit hook installed before the workspace's first line runs, the introspection it used (`AUDITED`,
 # frame attributes, ctypes, compiling under a borrowed file name). Hidden tests (`meta['hidden_tests']`) send only
 # their calls: the runner returns each value, and the judge, outside the sandbox, compares it with the answer.
-AUDITED = ("sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "gc.get_objects",
-           "gc.get_referrers", "gc.get_referents", "code.__new__", "sys.addaudithook")
-JUDGE_RUNNER = r'''import os, sys
+AUDITED = (
+    "sys._getframe",
+    "sys._current_frames",
+    "sys.settrace",
+    "sys.setprofile",
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "code.__new__",
+    "sys.addaudithook",
+)
+JUDGE_RUNNER = r"""import os, sys
 
 def _c2_judge():
     # 1. before any code of the workspace exists in this process: the key (from the pipe on stdin, read once) and the spec
@@ -227,12 +255,13 @@ def _c2_judge():
     exit_(0)
 
 _c2_judge()
-'''
+"""
 
 # %% ../../nbs/57_judge.ipynb #15c005-3
 @dataclass
 class Verdict:
     "The judge's decision on a workspace: `solved`, why (`reason`), the expected tests, every reported outcome and the run."
+
     solved: bool
     reason: str
     expected: list[str] = field(default_factory=list)
@@ -244,29 +273,48 @@ class Verdict:
     def returncode(self) -> int:
         "0 when solved, else the run's non-zero status (1 when there is none)."
         return 0 if self.solved else ((self.run.returncode if self.run is not None else 0) or 1)
+
     @property
-    def ok(self) -> bool: return self.solved
+    def ok(self) -> bool:
+        return self.solved
+
     @property
-    def timed_out(self) -> bool: return bool(self.run is not None and self.run.timed_out)
+    def timed_out(self) -> bool:
+        return bool(self.run is not None and self.run.timed_out)
+
     @property
-    def stdout(self) -> str: return self.run.stdout if self.run is not None else ""
+    def stdout(self) -> str:
+        return self.run.stdout if self.run is not None else ""
+
     @property
-    def stderr(self) -> str: return (self.run.stderr if self.run is not None else "") + f"judge: {self.reason}\n"
+    def stderr(self) -> str:
+        return (self.run.stderr if self.run is not None else "") + f"judge: {self.reason}\n"
 
 # %% ../../nbs/57_judge.ipynb #15c005-4
-def _judge_run(spec: dict, workspace: Path | str, sandbox, timeout: float | None) -> tuple[dict | None, list[str], RunResult, str]:
+def _judge_run(
+    spec: dict, workspace: Path | str, sandbox, timeout: float | None
+) -> tuple[dict | None, list[str], RunResult, str]:
     "(outcomes or None, tampered, the run, why there are no outcomes) of one run of the runner over `workspace`."
     key, name = secrets.token_bytes(32), f".c2-judge-{secrets.token_hex(8)}"
     body = {k: spec[k] for k in ("kind", "tests", "fresh", "trusted", "probes")}
     body |= {"root": SANDBOX_WS, "result": name, "audit": AUDITED}
     argv = ["env", f"PYTHONHASHSEED={int(spec.get('hashseed', 0))}", "python3", "-P", "-s", "-B", "-c", JUDGE_RUNNER]
     r = sandbox.run(argv, timeout=timeout, stdin=key + json.dumps(body).encode())
-    try: data = read_bytes_beneath(workspace, name, 16 << 20)
-    except (C2Error, OSError): data = None
-    try: remove_beneath(workspace, name)
-    except (C2Error, OSError): pass
-    how = f"exit status {r.returncode}" + (", timed out" if r.timed_out else "") + (f", killed: {r.killed_by}" if r.killed_by else "")
-    if not data: return None, [], r, f"the test runner left no result ({how})"   # none, or the empty file it made first
+    try:
+        data = read_bytes_beneath(workspace, name, 16 << 20)
+    except (C2Error, OSError):
+        data = None
+    try:
+        remove_beneath(workspace, name)
+    except (C2Error, OSError):
+        pass
+    how = (
+        f"exit status {r.returncode}"
+        + (", timed out" if r.timed_out else "")
+        + (f", killed: {r.killed_by}" if r.killed_by else "")
+    )
+    if not data:
+        return None, [], r, f"the test runner left no result ({how})"  # none, or the empty file it made first
     mac, _, payload = data.partition(b"\n")
     if not hmac.compare_digest(hashlib.blake2b(payload, key=key, digest_size=32).hexdigest().encode(), mac):
         return None, [], r, f"the test result is forged or corrupt ({how})"
@@ -285,12 +333,20 @@ def expected_tests(task: Task, sandbox, timeout: float | None = None) -> tuple[l
     them. unittest: those that pass on the reference solution in a sandbox like `sandbox` (run once per task and process,
     then cached); `C2Error` when the reference cannot be run or does not pass the tests the task is known to break."""
     spec = judge_spec(task)
-    if spec["kind"] == "scripts": return list(spec["tests"]) + [f"hidden:{i}" for i in range(len(spec["probes"]))], []
-    key = hashlib.sha256(json.dumps([task.target, spec, dataclasses.asdict(sandbox.limits) if hasattr(sandbox, "limits") else None],
-                                    sort_keys=True, default=str).encode()).hexdigest()
-    with _REFERENCE_LOCK: lock = _REFERENCE.setdefault(("lock", key), threading.Lock())
+    if spec["kind"] == "scripts":
+        return list(spec["tests"]) + [f"hidden:{i}" for i in range(len(spec["probes"]))], []
+    key = hashlib.sha256(
+        json.dumps(
+            [task.target, spec, dataclasses.asdict(sandbox.limits) if hasattr(sandbox, "limits") else None],
+            sort_keys=True,
+            default=str,
+        ).encode()
+    ).hexdigest()
+    with _REFERENCE_LOCK:
+        lock = _REFERENCE.setdefault(("lock", key), threading.Lock())
     with lock:
-        if key not in _REFERENCE: _REFERENCE[key] = _reference_run(task, spec, sandbox, timeout)
+        if key not in _REFERENCE:
+            _REFERENCE[key] = _reference_run(task, spec, sandbox, timeout)
     passed, tampered = _REFERENCE[key]
     # checked for every task, not only the first of those that share a reference (a module's tasks all do): a task
     # whose broken tests do not pass on the reference here would otherwise be "solved" as given. c2bench names a
@@ -300,12 +356,16 @@ def expected_tests(task: Task, sandbox, timeout: float | None = None) -> tuple[l
         raise C2Error(f"the reference solution of {task.id} does not pass {missing[0]} here")
     return passed, tampered
 
+
 def _reference_run(task: Task, spec: dict, sandbox, timeout: float | None) -> tuple[list[str], list[str]]:
     "(tests that pass, what the reference changes in the test machinery) of one run of the reference solution."
     ws = make_workspace(task.target, root=Path(sandbox.workspace).parent, limits=sandbox.limits)
-    try: outcomes, tampered, r, why = _judge_run(spec, ws, Sandbox(ws, sandbox.limits), timeout)
-    finally: remove_workspace(ws)
-    if outcomes is None: raise C2Error(f"the reference solution of {task.id} cannot be judged: {why}")
+    try:
+        outcomes, tampered, r, why = _judge_run(spec, ws, Sandbox(ws, sandbox.limits), timeout)
+    finally:
+        remove_workspace(ws)
+    if outcomes is None:
+        raise C2Error(f"the reference solution of {task.id} cannot be judged: {why}")
     return sorted(t for t, v in outcomes.items() if v == "pass"), tampered
 
 # %% ../../nbs/57_judge.ipynb #15c005-7
@@ -313,10 +373,14 @@ def _clear_shadows(workspace: Path | str, rel: str):
     "Remove what would be imported instead of the module `rel` (`a/b.py`): a package `a/b/`, an extension `a/b*.so`."
     parent, _, name = rel.rpartition("/")
     stem = name.removesuffix(".py")
-    try: fd = open_beneath(workspace, parent or ".", os.O_RDONLY | os.O_DIRECTORY)
-    except (C2Error, OSError): return
-    try: names = os.listdir(fd)
-    finally: os.close(fd)
+    try:
+        fd = open_beneath(workspace, parent or ".", os.O_RDONLY | os.O_DIRECTORY)
+    except (C2Error, OSError):
+        return
+    try:
+        names = os.listdir(fd)
+    finally:
+        os.close(fd)
     for n in names:
         if n == stem or (n.startswith(stem + ".") and n.endswith(".so")):
             remove_beneath(workspace, f"{parent}/{n}" if parent else n)
@@ -324,9 +388,12 @@ def _clear_shadows(workspace: Path | str, rel: str):
 # %% ../../nbs/57_judge.ipynb #bca59992
 def _same_value(got: str | None, want: str) -> bool:
     "Whether the runner's `repr` of a hidden test's value equals the answer's (both plain literals; anything else: no)."
-    if got is None or got.startswith("!"): return False
-    try: return ast.literal_eval(got) == ast.literal_eval(want)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError): return False
+    if got is None or got.startswith("!"):
+        return False
+    try:
+        return ast.literal_eval(got) == ast.literal_eval(want)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
 
 # %% ../../nbs/57_judge.ipynb #15c005-7a
 class JudgeCache:
@@ -338,14 +405,18 @@ class JudgeCache:
     (48 held-out tasks x 8) 384 episodes left 91 distinct trees. Not kept: runs that timed out, and trees the digest does
     not summarise; a verdict is reused only under a timeout at least its run's wall time. At most `size` verdicts, the
     least recently used dropped first. Thread-safe; `hits` and `misses` count the lookups."""
+
     def __init__(self, size: int = 4096):
         self.size, self._d, self._lock, self.hits, self.misses = size, OrderedDict(), threading.Lock(), 0, 0
 
     def key(self, task: Task, workspace: Path | str, sandbox) -> str | None:
         "The key of judging `workspace` for `task` in `sandbox`; None for a tree `workspace_digest` does not summarise."
-        try: tree = workspace_digest(workspace)
-        except (C2Error, OSError): tree = None
-        if tree is None: return None
+        try:
+            tree = workspace_digest(workspace)
+        except (C2Error, OSError):
+            tree = None
+        if tree is None:
+            return None
         limits = dataclasses.asdict(sandbox.limits) if hasattr(sandbox, "limits") else None
         return hashlib.sha256(json.dumps([task.to_json(), limits, tree], default=str).encode()).hexdigest()
 
@@ -353,53 +424,76 @@ class JudgeCache:
         "The verdict kept under `key`, if its run took at most `timeout` seconds."
         with self._lock:
             v = self._d.get(key)
-            if v is None or (timeout is not None and v.run.wall_s > timeout): self.misses += 1; return None
-            self._d.move_to_end(key); self.hits += 1
+            if v is None or (timeout is not None and v.run.wall_s > timeout):
+                self.misses += 1
+                return None
+            self._d.move_to_end(key)
+            self.hits += 1
             return v
 
     def put(self, key: str, v: "Verdict"):
         "Keep `v` (a verdict of a run that finished)."
-        if v.run is None or v.timed_out: return
+        if v.run is None or v.timed_out:
+            return
         with self._lock:
-            self._d[key] = v; self._d.move_to_end(key)
-            while len(self._d) > self.size: self._d.popitem(last=False)
+            self._d[key] = v
+            self._d.move_to_end(key)
+            while len(self._d) > self.size:
+                self._d.popitem(last=False)
 
 # %% ../../nbs/57_judge.ipynb #15c005-8
-def judge(task: Task, workspace: Path | str, sandbox, timeout: float | None = None, cache: JudgeCache | None = None) -> Verdict:
+def judge(
+    task: Task, workspace: Path | str, sandbox, timeout: float | None = None, cache: JudgeCache | None = None
+) -> Verdict:
     """Judge `workspace`: restore the task's test files (`replace_beneath`: links, FIFOs, directories in the way are
     replaced), run the tests with `JUDGE_RUNNER` in `sandbox`, and solve only when every expected test reports a pass in
     a result authenticated by a fresh key and nothing in the test machinery was tampered with. Never raises for anything
     the workspace holds; the exit status of the run plays no part. With `cache`, a tree judged before for this task is
     not run again (`JudgeCache`)."""
     key = cache.key(task, workspace, sandbox) if cache is not None else None
-    if key is not None and (v := cache.get(key, timeout)) is not None: return v
+    if key is not None and (v := cache.get(key, timeout)) is not None:
+        return v
     v = _judge(task, workspace, sandbox, timeout)
-    if key is not None: cache.put(key, v)
+    if key is not None:
+        cache.put(key, v)
     return v
 
+
 def _judge(task: Task, workspace: Path | str, sandbox, timeout: float | None) -> Verdict:
-    try: spec = judge_spec(task)
-    except C2Error as e: return Verdict(False, str(e))
+    try:
+        spec = judge_spec(task)
+    except C2Error as e:
+        return Verdict(False, str(e))
     try:
         for p in protected_files(task):
             replace_beneath(workspace, p, task.files[p])
-            if p.endswith(".py"): _clear_shadows(workspace, p)
+            if p.endswith(".py"):
+                _clear_shadows(workspace, p)
     except (C2Error, OSError) as e:
         return Verdict(False, f"cannot restore the task's test files: {e}")
-    try: expected, allowed = expected_tests(task, sandbox, timeout)
-    except C2Error as e: return Verdict(False, str(e))
-    try: outcomes, tampered, r, why = _judge_run(spec, workspace, sandbox, timeout)
-    except (C2Error, OSError) as e: return Verdict(False, f"the tests could not run: {e}", expected)
-    if outcomes is None: return Verdict(False, why, expected, run=r)
+    try:
+        expected, allowed = expected_tests(task, sandbox, timeout)
+    except C2Error as e:
+        return Verdict(False, str(e))
+    try:
+        outcomes, tampered, r, why = _judge_run(spec, workspace, sandbox, timeout)
+    except (C2Error, OSError) as e:
+        return Verdict(False, f"the tests could not run: {e}", expected)
+    if outcomes is None:
+        return Verdict(False, why, expected, run=r)
     for i, h in enumerate(task.meta.get("hidden_tests", []) if spec["kind"] == "scripts" else []):
         outcomes[f"hidden:{i}"] = "pass" if _same_value(outcomes.get(f"hidden:{i}"), h["want"]) else "fail"
     v = Verdict(False, "", expected, outcomes, tampered, r)
     if extra := sorted(set(tampered) - set(allowed)):
         v.reason = f"the code under test tampered with the test machinery: {', '.join(extra[:5])}"
-    elif not expected: v.reason = "the task has no test that passes on its reference solution"
+    elif not expected:
+        v.reason = "the task has no test that passes on its reference solution"
     elif missing := [t for t in expected if outcomes.get(t) != "pass"]:
-        v.reason = f"{len(missing)} of {len(expected)} tests did not pass: " + ", ".join(f"{t} ({outcomes.get(t, 'missing')})" for t in missing[:3])
-    else: v.solved, v.reason = True, f"all {len(expected)} tests passed"
+        v.reason = f"{len(missing)} of {len(expected)} tests did not pass: " + ", ".join(
+            f"{t} ({outcomes.get(t, 'missing')})" for t in missing[:3]
+        )
+    else:
+        v.solved, v.reason = True, f"all {len(expected)} tests passed"
     return v
 
 # %% ../../nbs/57_judge.ipynb #15c005-9

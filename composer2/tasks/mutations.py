@@ -14,13 +14,25 @@ from ..core import C2Error
 __all__ = ['CATEGORIES', 'Mutation', 'functions', 'mutation_sites', 'live_functions', 'candidate_mutations']
 
 # %% ../../nbs/52_mutations.ipynb #16c006
-CATEGORIES = ["arithmetic", "boolean", "comparison", "boundary", "off_by_one", "constant", "negated_condition",
-              "deleted_branch", "deleted_statement", "swapped_args", "return_value"]
+CATEGORIES = [
+    "arithmetic",
+    "boolean",
+    "comparison",
+    "boundary",
+    "off_by_one",
+    "constant",
+    "negated_condition",
+    "deleted_branch",
+    "deleted_statement",
+    "swapped_args",
+    "return_value",
+]
 
 # %% ../../nbs/52_mutations.ipynb #16c006-1
 @dataclass(frozen=True)
 class Mutation:
     "One small edit of a module's source: `text[start:end]` (== `before`) becomes `after`, inside function `qualname`."
+
     module: str
     qualname: str
     category: str
@@ -32,14 +44,16 @@ class Mutation:
 
     def apply(self, text: str) -> str:
         "The mutated source; everything outside the span is byte-identical."
-        if text[self.start:self.end] != self.before: raise C2Error(f"{self.id}: the source does not match this mutation")
-        return text[:self.start] + self.after + text[self.end:]
+        if text[self.start : self.end] != self.before:
+            raise C2Error(f"{self.id}: the source does not match this mutation")
+        return text[: self.start] + self.after + text[self.end :]
 
     def revert(self, mutated: str) -> str:
         "The reverse patch: the original source from the mutated one."
         stop = self.start + len(self.after)
-        if mutated[self.start:stop] != self.after: raise C2Error(f"{self.id}: not the source this mutation made")
-        return mutated[:self.start] + self.before + mutated[stop:]
+        if mutated[self.start : stop] != self.after:
+            raise C2Error(f"{self.id}: not the source this mutation made")
+        return mutated[: self.start] + self.before + mutated[stop:]
 
     @property
     def id(self) -> str:
@@ -50,62 +64,98 @@ class Mutation:
 # %% ../../nbs/52_mutations.ipynb #16c006-2
 class _Source:
     "Character offsets of a source text from ast positions (line, UTF-8 byte column)."
+
     def __init__(self, text: str):
         self.text = text
         self.starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
     def line(self, n: int) -> str:
         a = self.starts[n - 1]
-        return self.text[a:self.starts[n] if n < len(self.starts) else len(self.text)]
+        return self.text[a : self.starts[n] if n < len(self.starts) else len(self.text)]
+
     def off(self, lineno: int, col: int) -> int:
         return self.starts[lineno - 1] + len(self.line(lineno).encode()[:col].decode())
+
     def span(self, node) -> tuple[int, int]:
         return self.off(node.lineno, node.col_offset), self.off(node.end_lineno, node.end_col_offset)
+
     def seg(self, node) -> str:
         a, b = self.span(node)
         return self.text[a:b]
+
     def line_span(self, first: int, last: int) -> tuple[int, int]:
         return self.starts[first - 1], (self.starts[last] if last < len(self.starts) else len(self.text))
+
     def owns_lines(self, node) -> bool:
         "The node alone on its lines: only indentation before it, nothing or a comment after it."
         a, b = self.span(node)
-        before = self.text[self.starts[node.lineno - 1]:a]
-        after = self.line(node.end_lineno)[b - self.starts[node.end_lineno - 1]:].strip()
+        before = self.text[self.starts[node.lineno - 1] : a]
+        after = self.line(node.end_lineno)[b - self.starts[node.end_lineno - 1] :].strip()
         return not before.strip() and (not after or after.startswith("#"))
 
 # %% ../../nbs/52_mutations.ipynb #16c006-3
 def functions(tree: ast.Module):
     "(qualname, node) of every top-level function and every method of top-level (and nested) classes."
+
     def walk(body, prefix):
         for n in body:
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)): yield prefix + n.name, n
-            elif isinstance(n, ast.ClassDef): yield from walk(n.body, f"{prefix}{n.name}.")
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield prefix + n.name, n
+            elif isinstance(n, ast.ClassDef):
+                yield from walk(n.body, f"{prefix}{n.name}.")
+
     yield from walk(tree.body, "")
 
 # %% ../../nbs/52_mutations.ipynb #16c009
-_BIN = {ast.Add: ("+", "-"), ast.Sub: ("-", "+"), ast.Mult: ("*", "/"), ast.Div: ("/", "*"), ast.FloorDiv: ("//", "/"),
-        ast.Mod: ("%", "//"), ast.Pow: ("**", "*"), ast.LShift: ("<<", ">>"), ast.RShift: (">>", "<<"),
-        ast.BitAnd: ("&", "|"), ast.BitOr: ("|", "&"), ast.BitXor: ("^", "|")}
-_CMP = {ast.Lt: (r"<", "<=", "boundary"), ast.LtE: (r"<=", "<", "boundary"), ast.Gt: (r">", ">=", "boundary"),
-        ast.GtE: (r">=", ">", "boundary"), ast.Eq: (r"==", "!=", "comparison"), ast.NotEq: (r"!=", "==", "comparison"),
-        ast.Is: (r"\bis\b", "is not", "comparison"), ast.IsNot: (r"\bis\s+not\b", "is", "comparison"),
-        ast.In: (r"\bin\b", "not in", "comparison"), ast.NotIn: (r"\bnot\s+in\b", "in", "comparison")}
+_BIN = {
+    ast.Add: ("+", "-"),
+    ast.Sub: ("-", "+"),
+    ast.Mult: ("*", "/"),
+    ast.Div: ("/", "*"),
+    ast.FloorDiv: ("//", "/"),
+    ast.Mod: ("%", "//"),
+    ast.Pow: ("**", "*"),
+    ast.LShift: ("<<", ">>"),
+    ast.RShift: (">>", "<<"),
+    ast.BitAnd: ("&", "|"),
+    ast.BitOr: ("|", "&"),
+    ast.BitXor: ("^", "|"),
+}
+_CMP = {
+    ast.Lt: (r"<", "<=", "boundary"),
+    ast.LtE: (r"<=", "<", "boundary"),
+    ast.Gt: (r">", ">=", "boundary"),
+    ast.GtE: (r">=", ">", "boundary"),
+    ast.Eq: (r"==", "!=", "comparison"),
+    ast.NotEq: (r"!=", "==", "comparison"),
+    ast.Is: (r"\bis\b", "is not", "comparison"),
+    ast.IsNot: (r"\bis\s+not\b", "is", "comparison"),
+    ast.In: (r"\bin\b", "not in", "comparison"),
+    ast.NotIn: (r"\bnot\s+in\b", "in", "comparison"),
+}
 _ATOMIC = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant)
-_NO_SWAP = {"isinstance", "issubclass", "getattr", "setattr", "hasattr", "print"}   # swaps that only raise TypeError
+_NO_SWAP = {"isinstance", "issubclass", "getattr", "setattr", "hasattr", "print"}  # swaps that only raise TypeError
 
 # %% ../../nbs/52_mutations.ipynb #16c009-1
 def _is_text(n) -> bool:
     return isinstance(n, ast.JoinedStr) or (isinstance(n, ast.Constant) and isinstance(n.value, (str, bytes)))
 
 # %% ../../nbs/52_mutations.ipynb #16c009-2
-def _docstring(fn): return fn.body[0] if ast.get_docstring(fn, clean=False) is not None else None
+def _docstring(fn):
+    return fn.body[0] if ast.get_docstring(fn, clean=False) is not None else None
 
 # %% ../../nbs/52_mutations.ipynb #16c009-3
 def _nodes(fn):
     "Nodes of a function's defaults and body: not its decorators, docstring or f-string internals."
-    stack = list(fn.args.defaults) + [d for d in fn.args.kw_defaults if d is not None] + [s for s in fn.body if s is not _docstring(fn)]
+    stack = (
+        list(fn.args.defaults)
+        + [d for d in fn.args.kw_defaults if d is not None]
+        + [s for s in fn.body if s is not _docstring(fn)]
+    )
     while stack:
         n = stack.pop(0)
-        if isinstance(n, ast.JoinedStr): continue
+        if isinstance(n, ast.JoinedStr):
+            continue
         yield n
         stack[:0] = list(ast.iter_child_nodes(n))
 
@@ -113,14 +163,19 @@ def _nodes(fn):
 def _statements(fn):
     "(enclosing statement list, statement) for every statement of a function (nested defs included), docstring excluded."
     out = []
+
     def walk(stmts):
         for s in stmts:
             out.append((stmts, s))
             for name in ("body", "orelse", "finalbody"):
                 sub = getattr(s, name, None)
-                if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt): walk(sub)
-            for h in getattr(s, "handlers", None) or []: walk(h.body)
-            for c in getattr(s, "cases", None) or []: walk(c.body)
+                if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
+                    walk(sub)
+            for h in getattr(s, "handlers", None) or []:
+                walk(h.body)
+            for c in getattr(s, "cases", None) or []:
+                walk(c.body)
+
     walk(fn.body)
     return [(b, s) for b, s in out if s is not _docstring(fn)]
 
@@ -134,7 +189,15 @@ def _expression_sites(src, qn, fn, add, gap_op):
             sym, new = _BIN[type(n.op)]
             gap_op(qn, "arithmetic", n, n.target, n.value, re.escape(sym + "="), new + "=")
         elif isinstance(n, ast.BoolOp):
-            gap_op(qn, "boolean", n, n.values[0], n.values[1], r"\b(and|or)\b", "or" if isinstance(n.op, ast.And) else "and")
+            gap_op(
+                qn,
+                "boolean",
+                n,
+                n.values[0],
+                n.values[1],
+                r"\b(and|or)\b",
+                "or" if isinstance(n.op, ast.And) else "and",
+            )
         elif isinstance(n, ast.Compare):
             for i, op in enumerate(n.ops):
                 if type(op) in _CMP:
@@ -144,7 +207,8 @@ def _expression_sites(src, qn, fn, add, gap_op):
             a, b = src.span(n)
             add(qn, "off_by_one", n, a, b, str(n.value + 1))
             add(qn, "off_by_one", n, a, b, str(n.value - 1))
-            if n.value >= 2: add(qn, "constant", n, a, b, str(n.value * 2))
+            if n.value >= 2:
+                add(qn, "constant", n, a, b, str(n.value * 2))
         elif isinstance(n, ast.Constant) and type(n.value) in (bool, float):
             new = str(not n.value) if type(n.value) is bool else (repr(n.value * 2) if n.value else "1.0")
             add(qn, "constant", n, *src.span(n), new)
@@ -152,18 +216,24 @@ def _expression_sites(src, qn, fn, add, gap_op):
             if not (isinstance(n.func, ast.Name) and n.func.id in _NO_SWAP):
                 (a0, b0), (a1, b1) = src.span(n.args[0]), src.span(n.args[1])
                 s0, s1, mid = src.text[a0:b0], src.text[a1:b1], src.text[b0:a1]
-                if s0 != s1 and "#" not in mid and "\n" not in s0 + s1: add(qn, "swapped_args", n, a0, b1, s1 + mid + s0)
+                if s0 != s1 and "#" not in mid and "\n" not in s0 + s1:
+                    add(qn, "swapped_args", n, a0, b1, s1 + mid + s0)
         elif isinstance(n, ast.Return) and n.value is not None:
             v = n.value
-            if not (isinstance(v, ast.Constant) and (v.value is None or type(v.value) is bool)):   # booleans: "constant"
-                if isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not): new = src.seg(v.operand)
-                elif isinstance(v, (ast.Compare, ast.BoolOp)): new = f"not ({src.seg(v)})"
-                else: new = "None"
+            if not (isinstance(v, ast.Constant) and (v.value is None or type(v.value) is bool)):  # booleans: "constant"
+                if isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not):
+                    new = src.seg(v.operand)
+                elif isinstance(v, (ast.Compare, ast.BoolOp)):
+                    new = f"not ({src.seg(v)})"
+                else:
+                    new = "None"
                 add(qn, "return_value", n, *src.span(v), new)
-        if isinstance(n, (ast.If, ast.IfExp, ast.comprehension)):   # While is left alone: negating it mostly hangs
-            for t in (n.ifs if isinstance(n, ast.comprehension) else [n.test]):
-                if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not): new = src.seg(t.operand)
-                else: new = f"not {src.seg(t)}" if isinstance(t, _ATOMIC) else f"not ({src.seg(t)})"
+        if isinstance(n, (ast.If, ast.IfExp, ast.comprehension)):  # While is left alone: negating it mostly hangs
+            for t in n.ifs if isinstance(n, ast.comprehension) else [n.test]:
+                if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
+                    new = src.seg(t.operand)
+                else:
+                    new = f"not {src.seg(t)}" if isinstance(t, _ATOMIC) else f"not ({src.seg(t)})"
                 add(qn, "negated_condition", t, *src.span(t), new)
 
 # %% ../../nbs/52_mutations.ipynb #16c009-6
@@ -172,46 +242,65 @@ def _statement_sites(src, qn, fn, add):
         indent = re.match(r"[ \t]*", src.line(s.lineno)).group(0)
         filler = f"{indent}pass\n"
         if isinstance(s, ast.If) and src.owns_lines(s):
-            is_elif = src.line(s.lineno)[len(indent):].startswith("elif")
-            if not s.orelse and not is_elif:                              # drop a whole `if` without else
+            is_elif = src.line(s.lineno)[len(indent) :].startswith("elif")
+            if not s.orelse and not is_elif:  # drop a whole `if` without else
                 add(qn, "deleted_branch", s, *src.line_span(s.lineno, s.end_lineno), "" if len(block) > 1 else filler)
-            elif s.orelse and isinstance(s.orelse[0], ast.If) and src.line(s.orelse[0].lineno).lstrip().startswith("elif"):
-                e = s.orelse[0]                                           # drop one `elif` arm, keep what follows it
+            elif (
+                s.orelse
+                and isinstance(s.orelse[0], ast.If)
+                and src.line(s.orelse[0].lineno).lstrip().startswith("elif")
+            ):
+                e = s.orelse[0]  # drop one `elif` arm, keep what follows it
                 if src.owns_lines(e.body[-1]) and e.body[0].lineno > e.lineno:
                     add(qn, "deleted_branch", e, *src.line_span(e.lineno, e.body[-1].end_lineno), "")
-            elif s.orelse and src.owns_lines(s.orelse[-1]):                # drop the `else:` arm
+            elif s.orelse and src.owns_lines(s.orelse[-1]):  # drop the `else:` arm
                 for ln in range(s.body[-1].end_lineno + 1, s.orelse[0].lineno):
                     if re.fullmatch(rf"{re.escape(indent)}else\s*:\s*(#.*)?", src.line(ln).rstrip("\n")):
                         add(qn, "deleted_branch", s, *src.line_span(ln, s.orelse[-1].end_lineno), "")
                         break
-        elif isinstance(s, (ast.Expr, ast.Assign, ast.AugAssign)) and src.owns_lines(s) and not (isinstance(s, ast.Expr) and _is_text(s.value)):
+        elif (
+            isinstance(s, (ast.Expr, ast.Assign, ast.AugAssign))
+            and src.owns_lines(s)
+            and not (isinstance(s, ast.Expr) and _is_text(s.value))
+        ):
             add(qn, "deleted_statement", s, *src.line_span(s.lineno, s.end_lineno), "" if len(block) > 1 else filler)
 
 # %% ../../nbs/52_mutations.ipynb #16c009-7
 def mutation_sites(module: str, text: str) -> list[Mutation]:
     "Every mutation of every function and method of `text` that parses and changes the function's syntax tree, in source order."
     src, tree, out = _Source(text), ast.parse(text), []
+
     def add(qn, cat, node, a, b, new):
-        if text[a:b] != new: out.append(Mutation(module, qn, cat, node.lineno, a, b, text[a:b], new))
+        if text[a:b] != new:
+            out.append(Mutation(module, qn, cat, node.lineno, a, b, text[a:b], new))
+
     def gap_op(qn, cat, node, left, right, pattern, new):
         a, b = src.span(left)[1], src.span(right)[0]
         gap = text[a:b]
         ms = list(re.finditer(pattern, gap)) if "#" not in gap else []
-        if len(ms) == 1: add(qn, cat, node, a + ms[0].start(), a + ms[0].end(), new)
+        if len(ms) == 1:
+            add(qn, cat, node, a + ms[0].start(), a + ms[0].end(), new)
+
     fns = list(functions(tree))
     for qn, fn in fns:
         _expression_sites(src, qn, fn, add, gap_op)
         _statement_sites(src, qn, fn, add)
     spans = [src.line_span(min([fn.lineno] + [d.lineno for d in fn.decorator_list]), fn.end_lineno) for _, fn in fns]
-    def dump(chunk):   # an indented method parses alone under `if 1:`
+
+    def dump(chunk):  # an indented method parses alone under `if 1:`
         return ast.dump(ast.parse("if 1:\n" + chunk if chunk[:1] in (" ", "\t") else chunk))
+
     base, good = {}, []
     for m in out:
-        a, b = next((a, b) for a, b in spans if a <= m.start and m.end <= b)   # a getter and its setter share a name
-        if a not in base: base[a] = dump(text[a:b])
-        try: new = dump(text[a:m.start] + m.after + text[m.end:b])
-        except SyntaxError: continue
-        if new != base[a]: good.append(m)
+        a, b = next((a, b) for a, b in spans if a <= m.start and m.end <= b)  # a getter and its setter share a name
+        if a not in base:
+            base[a] = dump(text[a:b])
+        try:
+            new = dump(text[a : m.start] + m.after + text[m.end : b])
+        except SyntaxError:
+            continue
+        if new != base[a]:
+            good.append(m)
     return sorted(set(good), key=lambda m: (m.start, m.end, m.category, m.after))
 
 # %% ../../nbs/52_mutations.ipynb #16c012
@@ -222,24 +311,29 @@ def live_functions(module: str, text: str) -> set[str]:
     for qn, fn in functions(ast.parse(text)):
         obj = mod
         try:
-            for part in qn.split("."): obj = inspect.getattr_static(obj, part)
-        except AttributeError: continue
+            for part in qn.split("."):
+                obj = inspect.getattr_static(obj, part)
+        except AttributeError:
+            continue
         obj = getattr(obj, "fget", obj)
         obj = getattr(obj, "__func__", obj)
         obj = inspect.unwrap(obj) if callable(obj) else obj
         code = getattr(obj, "__code__", None)
-        if code is not None and Path(code.co_filename).name == f"{module}.py" and code.co_name == fn.name: out.add(qn)
+        if code is not None and Path(code.co_filename).name == f"{module}.py" and code.co_name == fn.name:
+            out.add(qn)
     return out
 
 # %% ../../nbs/52_mutations.ipynb #16c012-1
-def candidate_mutations(module: str, text: str, seed: int = 0, n: int | None = None, max_per_function: int = 2,
-                        live: set[str] | None = None) -> list[Mutation]:
+def candidate_mutations(
+    module: str, text: str, seed: int = 0, n: int | None = None, max_per_function: int = 2, live: set[str] | None = None
+) -> list[Mutation]:
     """A seeded, category-balanced order of the module's mutation sites (only `live` functions when given): round-robin
     over categories with at most `max_per_function` per function, then the cap rises by as much and it goes on."""
     sites = [m for m in mutation_sites(module, text) if live is None or m.qualname in live]
     rng = random.Random(f"c2bench:{seed}:{module}")
     pools = {c: [m for m in sites if m.category == c] for c in CATEGORIES}
-    for c in CATEGORIES: rng.shuffle(pools[c])
+    for c in CATEGORIES:
+        rng.shuffle(pools[c])
     per_fn, order, cap = Counter(), [], max_per_function
     n = len(sites) if n is None else min(n, len(sites))
     while len(order) < n:
@@ -248,11 +342,14 @@ def candidate_mutations(module: str, text: str, seed: int = 0, n: int | None = N
         rng.shuffle(cats)
         for c in cats:
             m = next((m for m in reversed(pools[c]) if per_fn[m.qualname] < cap), None)
-            if m is None: continue
+            if m is None:
+                continue
             pools[c].remove(m)
             per_fn[m.qualname] += 1
             order.append(m)
             took = True
-            if len(order) >= n: break
-        if not took: cap += max_per_function     # every function at the cap: allow the next few per function
+            if len(order) >= n:
+                break
+        if not took:
+            cap += max_per_function  # every function at the cap: allow the next few per function
     return order

@@ -19,8 +19,10 @@ def load_suite(cfg: Config, split: str, n: int | None = None) -> list[Task]:
     "The tasks of `cfg.tasks.suite` for `split`; long-horizon repos outgrow `cfg.model.max_seq_len`."
     _check_split(split)
     s = cfg.tasks.suite
-    if s == "synthetic": return synthetic_suite(cfg.tasks, split, n)
-    if s == "long_horizon": return long_horizon_suite(cfg.tasks, split, n, context_tokens=cfg.model.max_seq_len)
+    if s == "synthetic":
+        return synthetic_suite(cfg.tasks, split, n)
+    if s == "long_horizon":
+        return long_horizon_suite(cfg.tasks, split, n, context_tokens=cfg.model.max_seq_len)
     if s == "c2bench":
         tasks = c2bench_suite(cfg.tasks.c2bench_version, split=split)
         return tasks if n is None else tasks[:n]
@@ -32,11 +34,17 @@ def find_task(cfg: Config, task_id: str) -> Task:
     m = re.fullmatch(r"(syn|lh)-(train|eval)-(\d+)", task_id)
     if m:
         i = int(m.group(3))
-        c = dataclasses.replace(cfg, tasks=dataclasses.replace(cfg.tasks, suite={"syn": "synthetic", "lh": "long_horizon"}[m.group(1)]))
+        c = dataclasses.replace(
+            cfg, tasks=dataclasses.replace(cfg.tasks, suite={"syn": "synthetic", "lh": "long_horizon"}[m.group(1)])
+        )
         return load_suite(c, m.group(2), n=i + 1)[i]
     why = ""
     try:
         for t in c2bench_suite(cfg.tasks.c2bench_version):
-            if t.id == task_id: return t
-    except C2Error as e: why = f"; c2bench: {e}"
-    raise C2Error(f"unknown task id {task_id!r} (synthetic: syn-SPLIT-N, long-horizon: lh-SPLIT-N, or a c2bench id{why})")
+            if t.id == task_id:
+                return t
+    except C2Error as e:
+        why = f"; c2bench: {e}"
+    raise C2Error(
+        f"unknown task id {task_id!r} (synthetic: syn-SPLIT-N, long-horizon: lh-SPLIT-N, or a c2bench id{why})"
+    )

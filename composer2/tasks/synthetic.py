@@ -20,111 +20,256 @@ BUG_KINDS = ["operator", "constant", "comparison", "return", "missing"]
 # %% ../../nbs/51_synthetic.ipynb #14c008-1
 @dataclass
 class _Fn:
-    names: list[str]          # candidate function names
+    names: list[str]  # candidate function names
     args: str
     doc: str
     body: list[str]
     inputs: list[tuple]
-    bugs: list[tuple]         # (kind, line, old, new)
+    bugs: list[tuple]  # (kind, line, old, new)
 
 # %% ../../nbs/51_synthetic.ipynb #14c008-2
 def _t_affine(r):
     k, c = r.randint(2, 9), r.randint(1, 9)
-    return _Fn(["scale", "boost", "adjust", "stretch", "grow"], "x", f"Return x times {k} plus {c}.",
-               [f"return x * {k} + {c}"], [(0,), (1,), (4,), (-3,)],
-               [("operator", 0, " * ", " + "), ("operator", 0, " + ", " - "), ("constant", 0, f"* {k}", f"* {k + 1}"),
-                ("constant", 0, f"+ {c}", f"+ {c + r.randint(1, 3)}"), ("return", 0, f"return x * {k} + {c}", f"return x + {c}")])
+    return _Fn(
+        ["scale", "boost", "adjust", "stretch", "grow"],
+        "x",
+        f"Return x times {k} plus {c}.",
+        [f"return x * {k} + {c}"],
+        [(0,), (1,), (4,), (-3,)],
+        [
+            ("operator", 0, " * ", " + "),
+            ("operator", 0, " + ", " - "),
+            ("constant", 0, f"* {k}", f"* {k + 1}"),
+            ("constant", 0, f"+ {c}", f"+ {c + r.randint(1, 3)}"),
+            ("return", 0, f"return x * {k} + {c}", f"return x + {c}"),
+        ],
+    )
 
 # %% ../../nbs/51_synthetic.ipynb #14c008-3
 def _t_clamp(r):
-    return _Fn(["clamp", "limit", "bound", "clip"], "x, lo, hi", "Limit x to the range [lo, hi].",
-               ["if x < lo:", "    return lo", "if x > hi:", "    return hi", "return x"],
-               [(5, 0, 3), (-2, 0, 3), (2, 0, 3), (9, 1, 4), (0, 1, 4)],
-               [("return", 3, "return hi", "return lo"), ("return", 1, "return lo", "return x"), ("return", 4, "return x", "return hi"),
-                ("operator", 2, "x > hi", "x < hi"), ("missing", 2, None, 2)])
+    return _Fn(
+        ["clamp", "limit", "bound", "clip"],
+        "x, lo, hi",
+        "Limit x to the range [lo, hi].",
+        ["if x < lo:", "    return lo", "if x > hi:", "    return hi", "return x"],
+        [(5, 0, 3), (-2, 0, 3), (2, 0, 3), (9, 1, 4), (0, 1, 4)],
+        [
+            ("return", 3, "return hi", "return lo"),
+            ("return", 1, "return lo", "return x"),
+            ("return", 4, "return x", "return hi"),
+            ("operator", 2, "x > hi", "x < hi"),
+            ("missing", 2, None, 2),
+        ],
+    )
 
 # %% ../../nbs/51_synthetic.ipynb #14c008-4
 def _t_count_over(r):
-    return _Fn(["count_over", "count_above", "n_larger", "tally"], "xs, limit", "Count the items of xs greater than limit.",
-               ["n = 0", "for x in xs:", "    if x > limit:", "        n += 1", "return n"],
-               [([1, 5, 7], 5), ([5, 5], 5), ([9, 2, 6, 1], 4), ([], 3)],
-               [("comparison", 2, "x > limit", "x >= limit"), ("constant", 3, "n += 1", "n += 2"),
-                ("return", 4, "return n", "return len(xs)"), ("operator", 3, "n += 1", "n -= 1"), ("constant", 0, "n = 0", "n = 1")])
+    return _Fn(
+        ["count_over", "count_above", "n_larger", "tally"],
+        "xs, limit",
+        "Count the items of xs greater than limit.",
+        ["n = 0", "for x in xs:", "    if x > limit:", "        n += 1", "return n"],
+        [([1, 5, 7], 5), ([5, 5], 5), ([9, 2, 6, 1], 4), ([], 3)],
+        [
+            ("comparison", 2, "x > limit", "x >= limit"),
+            ("constant", 3, "n += 1", "n += 2"),
+            ("return", 4, "return n", "return len(xs)"),
+            ("operator", 3, "n += 1", "n -= 1"),
+            ("constant", 0, "n = 0", "n = 1"),
+        ],
+    )
 
 # %% ../../nbs/51_synthetic.ipynb #14c008-5
 def _t_discount(r):
-    return _Fn(["discount", "reduce", "markdown", "sale_price"], "price, pct", "Return price reduced by pct percent.",
-               ["return price - price * pct // 100"], [(200, 10), (50, 50), (80, 25), (90, 0)],
-               [("operator", 0, "price - ", "price + "), ("constant", 0, "// 100", "// 10"), ("return", 0, "return price - price * pct // 100", "return price * pct // 100")])
+    return _Fn(
+        ["discount", "reduce", "markdown", "sale_price"],
+        "price, pct",
+        "Return price reduced by pct percent.",
+        ["return price - price * pct // 100"],
+        [(200, 10), (50, 50), (80, 25), (90, 0)],
+        [
+            ("operator", 0, "price - ", "price + "),
+            ("constant", 0, "// 100", "// 10"),
+            ("return", 0, "return price - price * pct // 100", "return price * pct // 100"),
+        ],
+    )
 
 # %% ../../nbs/51_synthetic.ipynb #14c008-6
 def _t_in_range(r):
-    return _Fn(["in_range", "within", "inside", "fits"], "x, lo, hi", "True when lo <= x < hi.",
-               ["return lo <= x < hi"], [(3, 3, 5), (5, 3, 5), (4, 3, 5), (9, 3, 5), (2, 3, 5)],
-               [("comparison", 0, "x < hi", "x <= hi"), ("comparison", 0, "lo <= x", "lo < x"), ("return", 0, "return lo <= x < hi", "return lo <= x")])
+    return _Fn(
+        ["in_range", "within", "inside", "fits"],
+        "x, lo, hi",
+        "True when lo <= x < hi.",
+        ["return lo <= x < hi"],
+        [(3, 3, 5), (5, 3, 5), (4, 3, 5), (9, 3, 5), (2, 3, 5)],
+        [
+            ("comparison", 0, "x < hi", "x <= hi"),
+            ("comparison", 0, "lo <= x", "lo < x"),
+            ("return", 0, "return lo <= x < hi", "return lo <= x"),
+        ],
+    )
 
 # %% ../../nbs/51_synthetic.ipynb #14c008-7
 def _t_label(r):
     k, word = r.randint(3, 7), r.choice(["fizz", "buzz", "ping", "tick", "bang", "zap"])
-    return _Fn(["label", "tag", "mark", "name_of"], "n", f"Return '{word}' when n is a multiple of {k}, else n as text.",
-               [f"if n % {k} == 0:", f"    return '{word}'", "return str(n)"], [(k,), (2 * k,), (1,), (k + 1,)],
-               [("constant", 0, f"% {k}", f"% {k + 1}"), ("return", 1, f"return '{word}'", "return str(n)"), ("operator", 0, "== 0", "!= 0"),
-                ("missing", 0, None, 2)])
+    return _Fn(
+        ["label", "tag", "mark", "name_of"],
+        "n",
+        f"Return '{word}' when n is a multiple of {k}, else n as text.",
+        [f"if n % {k} == 0:", f"    return '{word}'", "return str(n)"],
+        [(k,), (2 * k,), (1,), (k + 1,)],
+        [
+            ("constant", 0, f"% {k}", f"% {k + 1}"),
+            ("return", 1, f"return '{word}'", "return str(n)"),
+            ("operator", 0, "== 0", "!= 0"),
+            ("missing", 0, None, 2),
+        ],
+    )
 
 # %% ../../nbs/51_synthetic.ipynb #14c008-8
 def _t_first_index(r):
-    return _Fn(["find", "index_of", "locate", "position"], "xs, v", "Index of the first v in xs, or -1.",
-               ["for i, x in enumerate(xs):", "    if x == v:", "        return i", "return -1"],
-               [([4, 2, 9], 9), ([1, 1], 1), ([3], 7), ([5, 6, 5], 5)],
-               [("constant", 3, "return -1", "return 0"), ("return", 2, "return i", "return x"), ("operator", 1, "x == v", "x != v")])
+    return _Fn(
+        ["find", "index_of", "locate", "position"],
+        "xs, v",
+        "Index of the first v in xs, or -1.",
+        ["for i, x in enumerate(xs):", "    if x == v:", "        return i", "return -1"],
+        [([4, 2, 9], 9), ([1, 1], 1), ([3], 7), ([5, 6, 5], 5)],
+        [
+            ("constant", 3, "return -1", "return 0"),
+            ("return", 2, "return i", "return x"),
+            ("operator", 1, "x == v", "x != v"),
+        ],
+    )
 
 # %% ../../nbs/51_synthetic.ipynb #14c008-9
 def _t_perimeter(r):
-    return _Fn(["perimeter", "border", "fence", "outline"], "w, h", "Perimeter of a w by h rectangle.",
-               ["return 2 * (w + h)"], [(1, 1), (3, 4), (0, 5)],
-               [("operator", 0, "w + h", "w * h"), ("constant", 0, "2 * ", "4 * "), ("return", 0, "return 2 * (w + h)", "return w + h")])
+    return _Fn(
+        ["perimeter", "border", "fence", "outline"],
+        "w, h",
+        "Perimeter of a w by h rectangle.",
+        ["return 2 * (w + h)"],
+        [(1, 1), (3, 4), (0, 5)],
+        [
+            ("operator", 0, "w + h", "w * h"),
+            ("constant", 0, "2 * ", "4 * "),
+            ("return", 0, "return 2 * (w + h)", "return w + h"),
+        ],
+    )
 
 # %% ../../nbs/51_synthetic.ipynb #14c008-10
 def _t_largest(r):
-    return _Fn(["larger", "bigger", "top", "pick_max"], "a, b", "The larger of a and b.",
-               ["if a > b:", "    return a", "return b"], [(3, 1), (1, 3), (2, 2), (-1, -5)],
-               [("return", 1, "return a", "return b"), ("operator", 0, "a > b", "a < b"), ("return", 2, "return b", "return a")])
+    return _Fn(
+        ["larger", "bigger", "top", "pick_max"],
+        "a, b",
+        "The larger of a and b.",
+        ["if a > b:", "    return a", "return b"],
+        [(3, 1), (1, 3), (2, 2), (-1, -5)],
+        [
+            ("return", 1, "return a", "return b"),
+            ("operator", 0, "a > b", "a < b"),
+            ("return", 2, "return b", "return a"),
+        ],
+    )
 
 # %% ../../nbs/51_synthetic.ipynb #14c008-11
 def _t_sum_to(r):
-    return _Fn(["sum_to", "triangle", "total_upto", "accumulate"], "n", "Return 1 + 2 + ... + n.",
-               ["total = 0", "for i in range(1, n + 1):", "    total += i", "return total"], [(1,), (4,), (10,), (0,)],
-               [("comparison", 1, "range(1, n + 1)", "range(1, n)"), ("operator", 2, "total += i", "total -= i"),
-                ("constant", 0, "total = 0", "total = 1"), ("return", 3, "return total", "return n")])
+    return _Fn(
+        ["sum_to", "triangle", "total_upto", "accumulate"],
+        "n",
+        "Return 1 + 2 + ... + n.",
+        ["total = 0", "for i in range(1, n + 1):", "    total += i", "return total"],
+        [(1,), (4,), (10,), (0,)],
+        [
+            ("comparison", 1, "range(1, n + 1)", "range(1, n)"),
+            ("operator", 2, "total += i", "total -= i"),
+            ("constant", 0, "total = 0", "total = 1"),
+            ("return", 3, "return total", "return n"),
+        ],
+    )
 
 # %% ../../nbs/51_synthetic.ipynb #14c008-12
 def _t_steps(r):
-    return _Fn(["steps", "ticks", "marks", "stride"], "n, k", "Multiples of k from 0 up to and including n.",
-               ["return list(range(0, n + 1, k))"], [(10, 5), (9, 3), (7, 2), (0, 1)],
-               [("comparison", 0, "n + 1", "n"), ("operator", 0, "n + 1", "n - 1"), ("constant", 0, "range(0, ", "range(1, ")])
+    return _Fn(
+        ["steps", "ticks", "marks", "stride"],
+        "n, k",
+        "Multiples of k from 0 up to and including n.",
+        ["return list(range(0, n + 1, k))"],
+        [(10, 5), (9, 3), (7, 2), (0, 1)],
+        [("comparison", 0, "n + 1", "n"), ("operator", 0, "n + 1", "n - 1"), ("constant", 0, "range(0, ", "range(1, ")],
+    )
 
 # %% ../../nbs/51_synthetic.ipynb #14c008-13
 def _t_shout(r):
     mark = r.choice(["!", "?", "!!", "."])
-    return _Fn(["shout", "yell", "loud", "emphasize"], "s", f"Upper-case s and end it with '{mark}'.",
-               [f"return s.upper() + '{mark}'"], [("hi",), ("ok",), ("",)],
-               [("constant", 0, f"'{mark}'", f"'{mark}{mark[0]}'"), ("return", 0, f"return s.upper() + '{mark}'", f"return s + '{mark}'"),
-                ("operator", 0, f"s.upper() + '{mark}'", f"'{mark}' + s.upper()")])
+    return _Fn(
+        ["shout", "yell", "loud", "emphasize"],
+        "s",
+        f"Upper-case s and end it with '{mark}'.",
+        [f"return s.upper() + '{mark}'"],
+        [("hi",), ("ok",), ("",)],
+        [
+            ("constant", 0, f"'{mark}'", f"'{mark}{mark[0]}'"),
+            ("return", 0, f"return s.upper() + '{mark}'", f"return s + '{mark}'"),
+            ("operator", 0, f"s.upper() + '{mark}'", f"'{mark}' + s.upper()"),
+        ],
+    )
 
 # %% ../../nbs/51_synthetic.ipynb #14c008-14
 def _t_average(r):
-    return _Fn(["average", "mean", "avg", "midpoint"], "xs", "Integer mean of xs (0 when empty).",
-               ["if not xs:", "    return 0", "return sum(xs) // len(xs)"], [([2, 4],), ([1, 2, 3, 6],), ([],), ([7],)],
-               [("operator", 2, "sum(xs) // len(xs)", "sum(xs) * len(xs)"), ("return", 2, "return sum(xs) // len(xs)", "return sum(xs)"),
-                ("constant", 1, "return 0", "return 1"), ("missing", 0, None, 2)])
+    return _Fn(
+        ["average", "mean", "avg", "midpoint"],
+        "xs",
+        "Integer mean of xs (0 when empty).",
+        ["if not xs:", "    return 0", "return sum(xs) // len(xs)"],
+        [([2, 4],), ([1, 2, 3, 6],), ([],), ([7],)],
+        [
+            ("operator", 2, "sum(xs) // len(xs)", "sum(xs) * len(xs)"),
+            ("return", 2, "return sum(xs) // len(xs)", "return sum(xs)"),
+            ("constant", 1, "return 0", "return 1"),
+            ("missing", 0, None, 2),
+        ],
+    )
 
 # %% ../../nbs/51_synthetic.ipynb #14c008-15
-TEMPLATES = [_t_affine, _t_clamp, _t_count_over, _t_discount, _t_in_range, _t_label, _t_first_index, _t_perimeter,
-             _t_largest, _t_sum_to, _t_steps, _t_shout, _t_average]
+TEMPLATES = [
+    _t_affine,
+    _t_clamp,
+    _t_count_over,
+    _t_discount,
+    _t_in_range,
+    _t_label,
+    _t_first_index,
+    _t_perimeter,
+    _t_largest,
+    _t_sum_to,
+    _t_steps,
+    _t_shout,
+    _t_average,
+]
 
 # %% ../../nbs/51_synthetic.ipynb #14c010
-_MODULES = ["stats", "util", "mathx", "money", "geo", "shapes", "score", "units", "ledger", "grades", "physics",
-            "inventory", "tally", "metrics", "pricing", "helpers", "core", "numbers", "labels", "ranges"]
+_MODULES = [
+    "stats",
+    "util",
+    "mathx",
+    "money",
+    "geo",
+    "shapes",
+    "score",
+    "units",
+    "ledger",
+    "grades",
+    "physics",
+    "inventory",
+    "tally",
+    "metrics",
+    "pricing",
+    "helpers",
+    "core",
+    "numbers",
+    "labels",
+    "ranges",
+]
 
 # %% ../../nbs/51_synthetic.ipynb #14c010-1
 def _source(name, fn, body):
@@ -138,14 +283,16 @@ def _call(name, fn, src, inp):
     try:
         exec(src, ns)
         return ns[name](*inp)
-    except Exception as e: return type(e)
+    except Exception as e:
+        return type(e)
 
 # %% ../../nbs/51_synthetic.ipynb #14c010-3
 def _apply_bug(body, bug):
     "The body lines with one bug applied: a replacement inside a line, or deleted lines."
     _, line, old, new = bug
     out = list(body)
-    if old is None: del out[line:line + new]
+    if old is None:
+        del out[line : line + new]
     else:
         assert old in out[line], (bug, out[line])
         out[line] = out[line].replace(old, new, 1)
@@ -157,11 +304,11 @@ class _Made:
     name: str
     template: str
     kind: str | None
-    good: str          # correct source
-    bad: str           # source as shipped (== good for distractors)
+    good: str  # correct source
+    bad: str  # source as shipped (== good for distractors)
     asserts: list[str]
     doc: str
-    hidden: list[tuple[str, str]] = field(default_factory=list)   # (call, repr of the answer): held-out tests
+    hidden: list[tuple[str, str]] = field(default_factory=list)  # (call, repr of the answer): held-out tests
 
 # %% ../../nbs/51_synthetic.ipynb #14c010-5
 def _make_fn(r, tmpl, name, kind=None, n_asserts=3) -> _Made | None:
@@ -174,54 +321,92 @@ def _make_fn(r, tmpl, name, kind=None, n_asserts=3) -> _Made | None:
     if kind is not None:
         stub = kind == "missing" and (r.random() < 0.5 or not any(b[0] == "missing" for b in fn.bugs))
         options = [b for b in fn.bugs if b[0] == kind]
-        if not stub and not options: return None
-        bad = _source(name, fn, ["raise NotImplementedError"]) if stub else _source(name, fn, _apply_bug(fn.body, r.choice(options)))
+        if not stub and not options:
+            return None
+        bad = (
+            _source(name, fn, ["raise NotImplementedError"])
+            if stub
+            else _source(name, fn, _apply_bug(fn.body, r.choice(options)))
+        )
         caught = [j for j, i in enumerate(fn.inputs) if _call(name, fn, bad, i) != want[j]]
-        if not caught: return None
-    order = caught[:1] + r.sample([j for j in range(len(fn.inputs)) if j not in caught[:1]], len(fn.inputs) - len(caught[:1]))
+        if not caught:
+            return None
+    order = caught[:1] + r.sample(
+        [j for j in range(len(fn.inputs)) if j not in caught[:1]], len(fn.inputs) - len(caught[:1])
+    )
     pick = sorted(order[:n_asserts])
     asserts = [f"assert {name}({', '.join(map(repr, fn.inputs[j]))}) == {want[j]!r}" for j in pick]
     hidden = _hidden(name, good, fn.inputs, lambda src, i: _call(name, fn, src, i))
     return _Made(name, tmpl.__name__[3:], kind if bad != good else None, good, bad, asserts, fn.doc, hidden)
 
 # %% ../../nbs/51_synthetic.ipynb #4d8ec039
-N_HIDDEN = 4   # held-out calls per function
+N_HIDDEN = 4  # held-out calls per function
+
 
 def _perturb(r: random.Random, x):
     "An input near `x`: a number moved by a few steps, a string or list redrawn (a list may grow by one item)."
-    if isinstance(x, bool): return r.random() < 0.5
-    if isinstance(x, int): return x + r.choice([-3, -2, -1, 1, 2, 3, 5, 8])
-    if isinstance(x, str): return "".join(r.choice("abcdefghxyz") for _ in range(r.randint(0, 5)))
-    if isinstance(x, list): return [_perturb(r, y) for y in x] + ([r.randint(-5, 15)] if r.random() < 0.5 else [])
+    if isinstance(x, bool):
+        return r.random() < 0.5
+    if isinstance(x, int):
+        return x + r.choice([-3, -2, -1, 1, 2, 3, 5, 8])
+    if isinstance(x, str):
+        return "".join(r.choice("abcdefghxyz") for _ in range(r.randint(0, 5)))
+    if isinstance(x, list):
+        return [_perturb(r, y) for y in x] + ([r.randint(-5, 15)] if r.random() < 0.5 else [])
     return x
+
 
 def _hidden(name: str, good: str, inputs: list[tuple], run, n: int = N_HIDDEN) -> list[tuple[str, str]]:
     """`n` held-out (call, repr of the answer) pairs for function `name` of source `good`: new inputs near `inputs`,
     none of them one of `inputs`, each answered by the correct function without raising (`run(src, inp)` says)."""
     r, out, seen = random.Random(f"hidden:{name}:{good}"), [], set(map(repr, inputs))
     for _ in range(50 * n):
-        if len(out) == n: break
+        if len(out) == n:
+            break
         inp = tuple(_perturb(r, x) for x in r.choice(inputs))
         want = run(good, inp)
-        if repr(inp) in seen or isinstance(want, type): continue
+        if repr(inp) in seen or isinstance(want, type):
+            continue
         seen.add(repr(inp))
         out.append((f"{name}({', '.join(map(repr, inp))})", repr(want)))
     return out
 
 # %% ../../nbs/51_synthetic.ipynb #14c013-7
-_BUG_PROMPTS = ["tests fail in {mod}.py, fix it", "fix {fn} in {mod}.py", "{fn}() returns wrong values", "`{cmd}` fails. fix the bug",
-                "{fn} in {mod}.py is broken", "test_{mod}.py fails, please fix", "something is off in {mod}.py", "{fn} is wrong, fix"]
-_STUB_PROMPTS = ["add {fn}() to {mod}.py", "implement {fn} in {mod}.py", "{fn} in {mod}.py is a stub, write it",
-                 "write {fn}(): {doc}", "implement {fn}"]
-_MULTI_PROMPTS = ["tests fail, fix {mods}", "fix the failing tests", "`{cmd}` fails. fix it", "several bugs in {mods}, fix them"]
+_BUG_PROMPTS = [
+    "tests fail in {mod}.py, fix it",
+    "fix {fn} in {mod}.py",
+    "{fn}() returns wrong values",
+    "`{cmd}` fails. fix the bug",
+    "{fn} in {mod}.py is broken",
+    "test_{mod}.py fails, please fix",
+    "something is off in {mod}.py",
+    "{fn} is wrong, fix",
+]
+_STUB_PROMPTS = [
+    "add {fn}() to {mod}.py",
+    "implement {fn} in {mod}.py",
+    "{fn} in {mod}.py is a stub, write it",
+    "write {fn}(): {doc}",
+    "implement {fn}",
+]
+_MULTI_PROMPTS = [
+    "tests fail, fix {mods}",
+    "fix the failing tests",
+    "`{cmd}` fails. fix it",
+    "several bugs in {mods}, fix them",
+]
 
 # %% ../../nbs/51_synthetic.ipynb #14c013-8
 def _fn_names(r, used):
     "A picker of fresh function names: the template's own names first, a numbered one when all are taken."
+
     def pick(tmpl):
-        names = [n for n in tmpl(random.Random(0)).names if n not in used] or [f"{tmpl(random.Random(0)).names[0]}_{len(used)}"]
+        names = [n for n in tmpl(random.Random(0)).names if n not in used] or [
+            f"{tmpl(random.Random(0)).names[0]}_{len(used)}"
+        ]
         used.add(n := r.choice(names))
         return n
+
     return pick
 
 # %% ../../nbs/51_synthetic.ipynb #14c013-9
@@ -232,7 +417,9 @@ def _make_functions(r, kinds, n_plain, used, templates=TEMPLATES):
         while True:
             t = r.choice(templates)
             m = _make_fn(r, t, name := pick(t), kind)
-            if m: out.append(m); break
+            if m:
+                out.append(m)
+                break
             used.discard(name)
     out += [_make_fn(r, t, pick(t), None, n_asserts=2) for t in [r.choice(templates) for _ in range(n_plain)]]
     return out
@@ -260,14 +447,26 @@ def _synthetic_task(c: TasksConfig, r: random.Random) -> Task:
     cmd = " && ".join(f"python3 test_{m}.py" for m in mods)
     bug_mods = sorted({where[f.name] for f in bugs})
     b = bugs[0]
-    if len(bugs) > 1: prompt = r.choice(_MULTI_PROMPTS).format(mods=", ".join(f"{m}.py" for m in bug_mods), cmd=cmd)
-    elif "NotImplementedError" in b.bad: prompt = r.choice(_STUB_PROMPTS).format(fn=b.name, mod=where[b.name], doc=b.doc.lower())
-    else: prompt = r.choice(_BUG_PROMPTS).format(fn=b.name, mod=where[b.name], cmd=f"python3 test_{where[b.name]}.py")
+    if len(bugs) > 1:
+        prompt = r.choice(_MULTI_PROMPTS).format(mods=", ".join(f"{m}.py" for m in bug_mods), cmd=cmd)
+    elif "NotImplementedError" in b.bad:
+        prompt = r.choice(_STUB_PROMPTS).format(fn=b.name, mod=where[b.name], doc=b.doc.lower())
+    else:
+        prompt = r.choice(_BUG_PROMPTS).format(fn=b.name, mod=where[b.name], cmd=f"python3 test_{where[b.name]}.py")
     must_read = [f"{m}.py" for m in bug_mods] + [f"test_{m}.py" for m in bug_mods]
-    meta = dict(kind=b.kind, kinds=[f.kind for f in bugs], modules=[f"{m}.py" for m in mods], bug_functions=[f.name for f in bugs],
-                hidden_tests=[{"module": where[f.name], "call": c, "want": w} for f in fns for c, w in f.hidden],
-                templates=[f.template for f in fns], lines_changed=lines_changed(files, solution), must_read=must_read,
-                n_files=c.n_files, n_distractors=c.n_distractors, lines_to_change=c.lines_to_change)
+    meta = dict(
+        kind=b.kind,
+        kinds=[f.kind for f in bugs],
+        modules=[f"{m}.py" for m in mods],
+        bug_functions=[f.name for f in bugs],
+        hidden_tests=[{"module": where[f.name], "call": c, "want": w} for f in fns for c, w in f.hidden],
+        templates=[f.template for f in fns],
+        lines_changed=lines_changed(files, solution),
+        must_read=must_read,
+        n_files=c.n_files,
+        n_distractors=c.n_distractors,
+        lines_to_change=c.lines_to_change,
+    )
     return Task("", "synthetic", "", prompt, files, cmd, solution, meta)
 
 # %% ../../nbs/51_synthetic.ipynb #14c013-12
@@ -277,15 +476,20 @@ def _suite(make, c: TasksConfig, split: str, n: int | None, tag: str) -> list[Ta
     n = (c.n_train if split == "train" else c.n_eval) if n is None else n
     out, seen = [], set()
     for attempt in range(50 * n + 1000):
-        if len(out) == n: break
+        if len(out) == n:
+            break
         t = make(c, random.Random(f"{tag}:{c.seed}:{split}:{attempt}"))
         h = t.content_hash
-        if _split_of(h) != split or h in seen: continue
+        if _split_of(h) != split or h in seen:
+            continue
         seen.add(h)
         t.id, t.split = f"{tag}-{split}-{len(out):05d}", split
         t.meta["hash"] = h
         out.append(t)
-    else: raise C2Error(f"could only draw {len(out)} distinct {tag} {split} tasks of {n}: the knobs leave too few repositories")
+    else:
+        raise C2Error(
+            f"could only draw {len(out)} distinct {tag} {split} tasks of {n}: the knobs leave too few repositories"
+        )
     return out
 
 # %% ../../nbs/51_synthetic.ipynb #14c013-13
@@ -297,28 +501,65 @@ def synthetic_suite(cfg_tasks: TasksConfig, split: str, n: int | None = None) ->
     return _suite(_synthetic_task, cfg_tasks, split, n, "syn")
 
 # %% ../../nbs/51_synthetic.ipynb #14c016
-_CONSTS = {"RATE": lambda r: r.randint(3, 19), "LIMIT": lambda r: r.randint(20, 90), "BONUS": lambda r: r.randint(2, 12),
-           "PREFIX": lambda r: r.choice(["inv", "ord", "acct", "ref", "job", "tkt"])}
+_CONSTS = {
+    "RATE": lambda r: r.randint(3, 19),
+    "LIMIT": lambda r: r.randint(20, 90),
+    "BONUS": lambda r: r.randint(2, 12),
+    "PREFIX": lambda r: r.choice(["inv", "ord", "acct", "ref", "job", "tkt"]),
+}
 
 # %% ../../nbs/51_synthetic.ipynb #14c016-1
 def _cfg_fns(consts):
     "Templates whose correct body reads a `config` constant; the bug is a stale literal in its place."
     rate, limit, bonus, prefix = (consts[k] for k in ["RATE", "LIMIT", "BONUS", "PREFIX"])
-    def fee(r): return _Fn(["fee", "commission", "surcharge"], "amount", "Fee on amount at config.RATE percent.",
-                           ["return amount * config.RATE // 100"], [(200,), (1000,), (50,)], [("config", 0, "config.RATE", str(rate + r.choice([-2, -1, 1, 2])))])
-    def over(r): return _Fn(["over_limit", "too_big", "exceeds"], "n", "True when n is above config.LIMIT.",
-                            ["return n > config.LIMIT"], [(limit + 1,), (limit,), (limit - 3,), (limit + 4,)],
-                            [("config", 0, "config.LIMIT", str(limit + r.choice([-2, 2, 3])))])
-    def with_bonus(r): return _Fn(["with_bonus", "reward", "credit"], "points", "points plus config.BONUS.",
-                                  ["return points + config.BONUS"], [(0,), (10,)], [("config", 0, "config.BONUS", str(bonus + r.choice([-1, 1, 5])))])
-    def code(r): return _Fn(["code_for", "ref_of", "ticket"], "n", "Identifier 'PREFIX-n' with config.PREFIX.",
-                            ["return config.PREFIX + '-' + str(n)"], [(7,), (12,)], [("config", 0, "config.PREFIX", repr(prefix.upper()))])
+
+    def fee(r):
+        return _Fn(
+            ["fee", "commission", "surcharge"],
+            "amount",
+            "Fee on amount at config.RATE percent.",
+            ["return amount * config.RATE // 100"],
+            [(200,), (1000,), (50,)],
+            [("config", 0, "config.RATE", str(rate + r.choice([-2, -1, 1, 2])))],
+        )
+
+    def over(r):
+        return _Fn(
+            ["over_limit", "too_big", "exceeds"],
+            "n",
+            "True when n is above config.LIMIT.",
+            ["return n > config.LIMIT"],
+            [(limit + 1,), (limit,), (limit - 3,), (limit + 4,)],
+            [("config", 0, "config.LIMIT", str(limit + r.choice([-2, 2, 3])))],
+        )
+
+    def with_bonus(r):
+        return _Fn(
+            ["with_bonus", "reward", "credit"],
+            "points",
+            "points plus config.BONUS.",
+            ["return points + config.BONUS"],
+            [(0,), (10,)],
+            [("config", 0, "config.BONUS", str(bonus + r.choice([-1, 1, 5])))],
+        )
+
+    def code(r):
+        return _Fn(
+            ["code_for", "ref_of", "ticket"],
+            "n",
+            "Identifier 'PREFIX-n' with config.PREFIX.",
+            ["return config.PREFIX + '-' + str(n)"],
+            [(7,), (12,)],
+            [("config", 0, "config.PREFIX", repr(prefix.upper()))],
+        )
+
     return [fee, over, with_bonus, code]
 
 # %% ../../nbs/51_synthetic.ipynb #14c016-2
 def _config_ns(consts):
     "A namespace where `config.NAME` resolves to the task's constants (for running functions in-process)."
     import types
+
     return {"config": types.SimpleNamespace(**consts)}
 
 # %% ../../nbs/51_synthetic.ipynb #14c016-3
@@ -342,14 +583,22 @@ def _run_with(env, src, name, inp):
     try:
         exec(src, ns)
         return ns[name](*inp)
-    except Exception as e: return type(e)
+    except Exception as e:
+        return type(e)
 
 # %% ../../nbs/51_synthetic.ipynb #14c016-5
-_ITEMS = {"stub": ["implement {fn}() in {mod}.py", "{fn} in {mod}.py is still a stub"],
-          "bug": ["fix {fn} in {mod}.py", "{fn}() in {mod}.py gives wrong results", "test_{mod}.py fails on {fn}"],
-          "config": ["{fn}() in {mod}.py must use {const} from config.py", "{mod}.py: {fn} ignores config.py"]}
-_LH_PROMPTS = ["go through the checklist in README.md", "README.md lists what is broken. fix all of it",
-               "do the README checklist, tests must pass", "finish the release checklist (README.md)", "work through README.md"]
+_ITEMS = {
+    "stub": ["implement {fn}() in {mod}.py", "{fn} in {mod}.py is still a stub"],
+    "bug": ["fix {fn} in {mod}.py", "{fn}() in {mod}.py gives wrong results", "test_{mod}.py fails on {fn}"],
+    "config": ["{fn}() in {mod}.py must use {const} from config.py", "{mod}.py: {fn} ignores config.py"],
+}
+_LH_PROMPTS = [
+    "go through the checklist in README.md",
+    "README.md lists what is broken. fix all of it",
+    "do the README checklist, tests must pass",
+    "finish the release checklist (README.md)",
+    "work through README.md",
+]
 _RUNNER = 'import glob\nimport runpy\n\nfor path in sorted(glob.glob("test_*.py")):\n    runpy.run_path(path)\nprint("all tests passed")\n'
 
 # %% ../../nbs/51_synthetic.ipynb #14c016-6
@@ -364,22 +613,31 @@ def _long_task(c: TasksConfig, r: random.Random, context_tokens: int, factor: fl
     # one cross-file bug (a stale literal for a config constant), the others of the configured kinds, one per module
     t = r.choice(cfg_tmpls)
     content[bug_mods[0]].append(_make_cfg_fn(r, t, _fn_names(r, used)(t), consts, bug=True))
-    for m in bug_mods[1:]: content[m] += _make_functions(r, [r.choice(c.bug_kinds)], 0, used)
+    for m in bug_mods[1:]:
+        content[m] += _make_functions(r, [r.choice(c.bug_kinds)], 0, used)
     for m in mods:
         content[m] += _make_functions(r, [], 1 + r.randint(0, c.n_distractors), used)
         if r.random() < 0.4:
-            t = r.choice(cfg_tmpls); content[m].append(_make_cfg_fn(r, t, _fn_names(r, used)(t), consts, bug=False))
+            t = r.choice(cfg_tmpls)
+            content[m].append(_make_cfg_fn(r, t, _fn_names(r, used)(t), consts, bug=False))
         r.shuffle(content[m])
+
     def render():
         files, sol = {}, {}
         for m in mods:
             fs = content[m]
             head = "import config\n\n\n" if any("config." in f.good for f in fs) else ""
-            files[f"{m}.py"], sol[f"{m}.py"] = head + "\n\n".join(f.bad for f in fs), head + "\n\n".join(f.good for f in fs)
+            files[f"{m}.py"], sol[f"{m}.py"] = (
+                head + "\n\n".join(f.bad for f in fs),
+                head + "\n\n".join(f.good for f in fs),
+            )
             files[f"test_{m}.py"] = sol[f"test_{m}.py"] = _test_file(m, fs)
-        files["config.py"] = sol["config.py"] = '"""Settings shared by the modules."""\n' + "".join(f"{k} = {v!r}\n" for k, v in consts.items())
+        files["config.py"] = sol["config.py"] = '"""Settings shared by the modules."""\n' + "".join(
+            f"{k} = {v!r}\n" for k, v in consts.items()
+        )
         files["run_tests.py"] = sol["run_tests.py"] = _RUNNER
         return files, sol
+
     bugs = [(m, f) for m in bug_mods for f in content[m] if f.kind]
     items = []
     for m, f in bugs:
@@ -388,32 +646,60 @@ def _long_task(c: TasksConfig, r: random.Random, context_tokens: int, factor: fl
         items.append(r.choice(_ITEMS[key]).format(fn=f.name, mod=m, const=const))
     r.shuffle(items)
     proj = r.choice(["billing", "shop", "tracker", "ledger-tools", "gradebook", "depot", "scoreboard"])
-    readme = f"# {proj}\n\nRelease checklist:\n" + "".join(f"- [ ] {i}\n" for i in items) + "\nRun `python3 run_tests.py` when done.\n"
-    prompt = r.choice(_LH_PROMPTS) + ":\n" + "".join(f"- [ ] {i}\n" for i in items)   # the task quotes the checklist
-    must_read = ["config.py"] + [f"{m}.py" for m in bug_mods]   # the README only repeats the prompt
+    readme = (
+        f"# {proj}\n\nRelease checklist:\n"
+        + "".join(f"- [ ] {i}\n" for i in items)
+        + "\nRun `python3 run_tests.py` when done.\n"
+    )
+    prompt = r.choice(_LH_PROMPTS) + ":\n" + "".join(f"- [ ] {i}\n" for i in items)  # the task quotes the checklist
+    must_read = ["config.py"] + [f"{m}.py" for m in bug_mods]  # the README only repeats the prompt
     files, sol = render()
     # what the fixes write: the target lines of every changed hunk (padding below leaves them alone)
-    added = "".join(b for f in (f for _, f in bugs) for op, _, _, j1, j2 in
-                    difflib.SequenceMatcher(None, f.bad.splitlines(True), f.good.splitlines(True), autojunk=False).get_opcodes()
-                    if op != "equal" for b in f.good.splitlines(True)[j1:j2])
+    added = "".join(
+        b
+        for f in (f for _, f in bugs)
+        for op, _, _, j1, j2 in difflib.SequenceMatcher(
+            None, f.bad.splitlines(True), f.good.splitlines(True), autojunk=False
+        ).get_opcodes()
+        if op != "equal"
+        for b in f.good.splitlines(True)[j1:j2]
+    )
     need = lambda files: estimate_tokens(prompt + "".join(files[p] for p in must_read) + added, count_tokens)
-    while (short := factor * context_tokens - need(files)) >= 0:   # pad the modules that must be read with correct functions
+    while (
+        short := factor * context_tokens - need(files)
+    ) >= 0:  # pad the modules that must be read with correct functions
         for _ in range(max(1, int(short) // 80)):
             m = r.choice(bug_mods)
             content[m].insert(r.randint(0, len(content[m])), _make_functions(r, [], 1, used)[0])
         files, sol = render()
     files["README.md"] = sol["README.md"] = readme
-    meta = dict(kind="long_horizon", kinds=[f.kind for _, f in bugs], modules=[f"{m}.py" for m in mods],
-                hidden_tests=[{"module": m, "call": c, "want": w}
-                              for m in mods for f in content[m] for c, w in f.hidden],
-                bug_functions=[f.name for _, f in bugs], checklist=items, constants=consts, must_read=must_read,
-                lines_changed=lines_changed(files, sol), min_context_tokens=need(files), context_tokens=context_tokens,
-                n_files=len(files), n_distractors=c.n_distractors, lines_to_change=len(bugs))
+    meta = dict(
+        kind="long_horizon",
+        kinds=[f.kind for _, f in bugs],
+        modules=[f"{m}.py" for m in mods],
+        hidden_tests=[{"module": m, "call": c, "want": w} for m in mods for f in content[m] for c, w in f.hidden],
+        bug_functions=[f.name for _, f in bugs],
+        checklist=items,
+        constants=consts,
+        must_read=must_read,
+        lines_changed=lines_changed(files, sol),
+        min_context_tokens=need(files),
+        context_tokens=context_tokens,
+        n_files=len(files),
+        n_distractors=c.n_distractors,
+        lines_to_change=len(bugs),
+    )
     return Task("", "long_horizon", "", prompt, files, "python3 run_tests.py", sol, meta)
 
 # %% ../../nbs/51_synthetic.ipynb #14c016-7
-def long_horizon_suite(cfg_tasks: TasksConfig, split: str, n: int | None = None, context_tokens: int = 512,
-                       factor: float = 1.5, count_tokens: Callable[[str], int] | None = None) -> list[Task]:
+def long_horizon_suite(
+    cfg_tasks: TasksConfig,
+    split: str,
+    n: int | None = None,
+    context_tokens: int = 512,
+    factor: float = 1.5,
+    count_tokens: Callable[[str], int] | None = None,
+) -> list[Task]:
     "`n` long-horizon tasks of `split` whose must-read context exceeds `factor * context_tokens` (the model's window)."
     make = lambda c, r: _long_task(c, r, context_tokens, factor, count_tokens)
     return _suite(make, cfg_tasks, split, n, "lh")

@@ -21,13 +21,14 @@ TASK_FORMAT = 1  # bump when the meaning of a stored task's fields changes
 @dataclass
 class Task:
     "One agent task: a repository, a terse prompt, a test command (exit 0 = solved) and the reference solution."
+
     id: str
     suite: str
     split: str
     prompt: str
     files: dict[str, str]
     test_cmd: str
-    solution: dict[str, str]          # the fixed text of the files the fix changes (others as in `files`)
+    solution: dict[str, str]  # the fixed text of the files the fix changes (others as in `files`)
     meta: dict = field(default_factory=dict)
 
     @property
@@ -42,12 +43,15 @@ class Task:
     @classmethod
     def from_json(cls, text: str) -> "Task":
         "The inverse of `to_json`; a record of another format version is a `C2Error`."
-        try: d = json.loads(text)
-        except ValueError as e: raise C2Error(f"not a task record: {e}") from None
+        try:
+            d = json.loads(text)
+        except ValueError as e:
+            raise C2Error(f"not a task record: {e}") from None
         if (fmt := d.pop("format", None)) != TASK_FORMAT:
             raise C2Error(f"task record format {fmt!r} is not {TASK_FORMAT}: regenerate the suite")
         names = {f.name for f in dataclasses.fields(cls)}
-        if missing := names - d.keys(): raise C2Error(f"task record lacks {', '.join(sorted(missing))}")
+        if missing := names - d.keys():
+            raise C2Error(f"task record lacks {', '.join(sorted(missing))}")
         return cls(**{k: d[k] for k in names})
 
     @property
@@ -56,7 +60,9 @@ class Task:
         return hashlib.sha256(json.dumps(self.files, sort_keys=True).encode()).hexdigest()
 
 # %% ../../nbs/50_tasks.ipynb #14c013
-CHARS_PER_TOKEN = 3.0  # deliberately high: the project's BPE measures ~2.4 chars/token on this code, so estimates are lower bounds
+CHARS_PER_TOKEN = (
+    3.0  # deliberately high: the project's BPE measures ~2.4 chars/token on this code, so estimates are lower bounds
+)
 
 # %% ../../nbs/50_tasks.ipynb #14c013-1
 def estimate_tokens(text: str, count_tokens: Callable[[str], int] | None = None) -> int:
@@ -69,16 +75,18 @@ def _split_of(h: str) -> str:
     return "eval" if int(h[:8], 16) % 5 == 0 else "train"
 
 # %% ../../nbs/50_tasks.ipynb #14c013-3
-DIFF_MAX_LINES = 20_000   # past this many differing lines in one file, lines_changed and task_diff do not run difflib
+DIFF_MAX_LINES = 20_000  # past this many differing lines in one file, lines_changed and task_diff do not run difflib
 
 # %% ../../nbs/50_tasks.ipynb #14c013-4
 def _trim(a: list[str], b: list[str]) -> tuple[list[str], list[str]]:
     "`a` and `b` without their common first and last lines."
     i = 0
-    while i < min(len(a), len(b)) and a[i] == b[i]: i += 1
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
     j = 0
-    while j < min(len(a), len(b)) - i and a[-1 - j] == b[-1 - j]: j += 1
-    return a[i:len(a) - j], b[i:len(b) - j]
+    while j < min(len(a), len(b)) - i and a[-1 - j] == b[-1 - j]:
+        j += 1
+    return a[i : len(a) - j], b[i : len(b) - j]
 
 # %% ../../nbs/50_tasks.ipynb #14c013-5
 def lines_changed(files: dict[str, str], new: dict[str, str], overlay: bool = True) -> int:
@@ -89,43 +97,56 @@ def lines_changed(files: dict[str, str], new: dict[str, str], overlay: bool = Tr
     for p in set(files) | set(new):
         a = files.get(p, "")
         b = new.get(p, a if overlay else "")
-        if a == b: continue
+        if a == b:
+            continue
         a, b = _trim(a.splitlines(), b.splitlines())
-        if len(a) + len(b) > DIFF_MAX_LINES: n += max(len(a), len(b)); continue
+        if len(a) + len(b) > DIFF_MAX_LINES:
+            n += max(len(a), len(b))
+            continue
         for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-            if op != "equal": n += max(i2 - i1, j2 - j1)
+            if op != "equal":
+                n += max(i2 - i1, j2 - j1)
     return n
 
 # %% ../../nbs/50_tasks.ipynb #14c013-6
 def _check_split(split):
     "A `C2Error` unless `split` is train or eval."
-    if split not in TASK_SPLITS: raise C2Error(f"unknown split {split!r} (choose from {', '.join(TASK_SPLITS)})")
+    if split not in TASK_SPLITS:
+        raise C2Error(f"unknown split {split!r} (choose from {', '.join(TASK_SPLITS)})")
 
 # %% ../../nbs/50_tasks.ipynb #14c019
 def _hunk_edit(cur: list[str], tgt: list[str]) -> tuple[str, str] | None:
     "The first differing hunk of `cur` -> `tgt` (lists of lines with their ends) as a unique (search, replace)."
     sm = difflib.SequenceMatcher(None, cur, tgt, autojunk=False)
     ops = [o for o in sm.get_opcodes() if o[0] != "equal"]
-    if not ops: return None
+    if not ops:
+        return None
     _, a, b, _, _ = ops[0]
     blocks = [blk for blk in sm.get_matching_blocks()]
+
     def to_new(i, end=False):
         "The target position of a boundary inside or at the edge of an equal run; at a junction a start maps to the run before it, an end to the run after it."
-        for bi, bj, n in (reversed(blocks) if end else blocks):
-            if bi <= i <= bi + n: return bj + i - bi
+        for bi, bj, n in reversed(blocks) if end else blocks:
+            if bi <= i <= bi + n:
+                return bj + i - bi
         return None
+
     text = "".join(cur)
     while True:
         search = "".join(cur[a:b])
-        if search and text.count(search) == 1: return search, "".join(tgt[to_new(a):to_new(b, end=True)])
-        if a == 0 and b == len(cur): return None   # the whole file is not unique-addressable: rewrite it
+        if search and text.count(search) == 1:
+            return search, "".join(tgt[to_new(a) : to_new(b, end=True)])
+        if a == 0 and b == len(cur):
+            return None  # the whole file is not unique-addressable: rewrite it
         grow_up = (b == len(cur)) or (a > 0 and (b - a) % 2 == 0)
         if grow_up:
             a -= 1
-            while to_new(a) is None: a -= 1
+            while to_new(a) is None:
+                a -= 1
         else:
             b += 1
-            while to_new(b) is None: b += 1
+            while to_new(b) is None:
+                b += 1
 
 # %% ../../nbs/50_tasks.ipynb #14c019-1
 def file_edits(old: str, new: str, max_edits: int = 50) -> list[tuple[str, str]] | None:
@@ -133,7 +154,8 @@ def file_edits(old: str, new: str, max_edits: int = 50) -> list[tuple[str, str]]
     cur, tgt, out = old.splitlines(True), new.splitlines(True), []
     while cur != tgt:
         e = _hunk_edit(cur, tgt)
-        if e is None or len(out) == max_edits: return None
+        if e is None or len(out) == max_edits:
+            return None
         s, r = e
         text = "".join(cur)
         cur = (text.replace(s, r, 1)).splitlines(True)
@@ -146,9 +168,12 @@ def edit_calls(files: dict[str, str], solution: dict[str, str]) -> list[tuple[st
     calls = []
     for p in sorted(solution):
         old, new = files.get(p), solution[p]
-        if old == new: continue
+        if old == new:
+            continue
         edits = file_edits(old, new) if old else None
-        if edits is None: calls.append(("write_file", {"path": p, "content": new})); continue
+        if edits is None:
+            calls.append(("write_file", {"path": p, "content": new}))
+            continue
         calls += [("edit_file", {"path": p, "search": s, "replace": r}) for s, r in edits]
     return calls
 
@@ -160,32 +185,47 @@ def task_diff(files: dict[str, str], new: dict[str, str], overlay: bool = True, 
     for p in sorted(set(files) | set(new)):
         a = files.get(p)
         b = new.get(p, a if overlay else None)
-        if a == b: continue
+        if a == b:
+            continue
         old_name, new_name = "/dev/null" if a is None else f"a/{p}", "/dev/null" if b is None else f"b/{p}"
         la, lb = (a or "").splitlines(True), (b or "").splitlines(True)
         if len(la) + len(lb) > DIFF_MAX_LINES:
             piece = f"--- {old_name}\n+++ {new_name}\n@@ too large to diff: {len(la)} -> {len(lb)} lines @@\n"
-        else: piece = "".join(l if l.endswith("\n") else l + "\n" for l in difflib.unified_diff(la, lb, old_name, new_name))
+        else:
+            piece = "".join(
+                l if l.endswith("\n") else l + "\n" for l in difflib.unified_diff(la, lb, old_name, new_name)
+            )
         if size + len(piece) > max_chars:
-            out.append(piece[:max(0, max_chars - size)] + f"\n[... diff cut at {max_chars} characters ...]\n"); break
-        out.append(piece); size += len(piece)
+            out.append(piece[: max(0, max_chars - size)] + f"\n[... diff cut at {max_chars} characters ...]\n")
+            break
+        out.append(piece)
+        size += len(piece)
     return "".join(out)
 
 # %% ../../nbs/50_tasks.ipynb #14c023-1
 def suite_stats(tasks: list[Task], count_tokens: Callable[[str], int] | None = None) -> dict:
     "Size, kinds, prompt lengths (characters), lines changed, files and tokens per task, context needed."
-    if not tasks: return {"tasks": 0}
+    if not tasks:
+        return {"tasks": 0}
     med = lambda xs: statistics.median(xs) if xs else None
     plen = [len(t.prompt) for t in tasks]
     toks = [estimate_tokens(t.prompt + "".join(t.files.values()), count_tokens) for t in tasks]
     kinds: dict[str, int] = {}
     for t in tasks:
-        for k in t.meta.get("kinds") or [t.meta.get("kind", "?")]: kinds[str(k)] = kinds.get(str(k), 0) + 1
+        for k in t.meta.get("kinds") or [t.meta.get("kind", "?")]:
+            kinds[str(k)] = kinds.get(str(k), 0) + 1
     ctx = [t.meta["min_context_tokens"] for t in tasks if "min_context_tokens" in t.meta]
-    return {"tasks": len(tasks), "suites": ", ".join(sorted({t.suite for t in tasks})), "splits": ", ".join(sorted({t.split for t in tasks})),
-            "kinds": ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())),
-            "prompt_chars_median": med(plen), "prompt_chars_mean": round(statistics.fmean(plen), 1), "prompt_chars_max": max(plen),
-            "lines_changed_median": med([t.meta.get("lines_changed", lines_changed(t.files, t.solution)) for t in tasks]),
-            "files_median": med([len(t.files) for t in tasks]),
-            "task_tokens_median" + ("" if count_tokens else "_est"): med(toks), "task_tokens_max": max(toks),
-            **({"min_context_tokens_median": med(ctx), "min_context_tokens_min": min(ctx)} if ctx else {})}
+    return {
+        "tasks": len(tasks),
+        "suites": ", ".join(sorted({t.suite for t in tasks})),
+        "splits": ", ".join(sorted({t.split for t in tasks})),
+        "kinds": ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())),
+        "prompt_chars_median": med(plen),
+        "prompt_chars_mean": round(statistics.fmean(plen), 1),
+        "prompt_chars_max": max(plen),
+        "lines_changed_median": med([t.meta.get("lines_changed", lines_changed(t.files, t.solution)) for t in tasks]),
+        "files_median": med([len(t.files) for t in tasks]),
+        "task_tokens_median" + ("" if count_tokens else "_est"): med(toks),
+        "task_tokens_max": max(toks),
+        **({"min_context_tokens_median": med(ctx), "min_context_tokens_min": min(ctx)} if ctx else {}),
+    }
