@@ -271,6 +271,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                   'composer2.config.TasksConfig': ('config.html#tasksconfig', 'composer2/config.py'),
                                   'composer2.config.TrainConfig': ('config.html#trainconfig', 'composer2/config.py'),
                                   'composer2.config._check_field': ('config.html#_check_field', 'composer2/config.py'),
+                                  'composer2.config._did_you_mean': ('config.html#_did_you_mean', 'composer2/config.py'),
+                                  'composer2.config._known_keys': ('config.html#_known_keys', 'composer2/config.py'),
                                   'composer2.config._node': ('config.html#_node', 'composer2/config.py'),
                                   'composer2.config._one_line': ('config.html#_one_line', 'composer2/config.py'),
                                   'composer2.config._read_yaml': ('config.html#_read_yaml', 'composer2/config.py'),

@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_config.ipynb #00c003
 from __future__ import annotations
-import dataclasses, os
+import dataclasses, difflib, os
 from dataclasses import dataclass, field
 from pathlib import Path
 from omegaconf import OmegaConf
@@ -441,6 +441,34 @@ def _node(key: str):
 _TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 # %% ../nbs/01_config.ipynb #00c011-5
+def _known_keys(node=None, prefix: str = "") -> list[str]:
+    "Every dotted key of `Config` that holds a value (`model.n_experts`, ...), in declaration order."
+    node = Config() if node is None else node
+    keys = []
+    for f in dataclasses.fields(node):
+        v = getattr(node, f.name)
+        keys += _known_keys(v, f"{prefix}{f.name}.") if dataclasses.is_dataclass(v) else [prefix + f.name]
+    return keys
+
+
+def _did_you_mean(key: str, overrides=()) -> str | None:
+    """The known key an unknown `key` most likely meant (difflib): a near name in the same section (`model.n_expert`),
+    a near dotted key (`trian.lr`: omegaconf reports `trian`, the override says the rest), or the one section holding
+    that name (`n_experts`); None when nothing is close."""
+    typed = next((k for k, _, _ in (o.partition("=") for o in overrides) if k == key or k.startswith(key + ".")), key)
+    keys = _known_keys()
+    parent, _, leaf = typed.rpartition(".")
+    same = [k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == parent]
+    near = difflib.get_close_matches(leaf, same, n=1, cutoff=0.75)
+    if near:
+        return f"{parent}.{near[0]}" if parent else near[0]
+    near = difflib.get_close_matches(typed, keys, n=1, cutoff=0.8)
+    if near:
+        return near[0]
+    homes = [k for k in keys if k.rpartition(".")[2] == leaf]
+    return homes[0] if len(homes) == 1 else None
+
+
 def _one_line(e: OmegaConfBaseException, overrides=()) -> str:
     "An omegaconf error as one line in the config's terms: the key, the value given, and what the key takes."
     key = getattr(e, "full_key", None) or ""
@@ -448,6 +476,9 @@ def _one_line(e: OmegaConfBaseException, overrides=()) -> str:
         parent = key.rsplit(".", 1)[0] if "." in key else ""
         node = _node(parent)
         allowed = [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else []
+        near = _did_you_mean(key, overrides)
+        if near:  # a typo: name the key it most likely meant, not the whole section
+            return f"unknown key {key} (did you mean {near}?)"
         return f"unknown key {key}" + (
             f" (allowed in {parent or 'the top level'}: {', '.join(allowed)})" if allowed else ""
         )
