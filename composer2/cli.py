@@ -285,10 +285,14 @@ def cmd_study_status(a):
 
 # %% ../nbs/99_cli.ipynb #23c008-14
 def cmd_study_index(a):
-    from composer2.studies.runner import build_index
+    "Rebuild the results index; with the default results folder, also the study table of README.md (between its markers)."
+    from composer2.config import repo_root
+    from composer2.studies.runner import build_index, update_readme
 
     p = build_index(a.root)
     print(f"index: {p} and {p.with_suffix('.html')}")
+    if a.root is None and update_readme(repo_root() / "README.md"):
+        print(f"study table: {repo_root() / 'README.md'}")
 
 # %% ../nbs/99_cli.ipynb #23c008-15
 def _tasks_cfg(a):
@@ -486,7 +490,7 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("-n", type=int, default=20, help="how many of the latest jobs (0: all)")
     q.add_argument("--json", action="store_true")
     q.set_defaults(fn=cmd_study_status)
-    q = ssub.add_parser("index", help="rebuild studies/results/index.md and index.html")
+    q = ssub.add_parser("index", help="rebuild studies/results/index.md and index.html, and README.md's study table")
     q.add_argument("--root", default=None, help="results root (default: studies/results, or $C2_RESULTS)")
     q.set_defaults(fn=cmd_study_index)
     return ap

@@ -13,10 +13,11 @@ from ..config import load_config, repo_root, to_yaml
 from ..runs import training_runs
 
 # %% auto #0
-__all__ = ['STUDIES', 'SCALES', 'RESERVED', 'RUN_PLACES', 'PIPELINE_SECTIONS', 'Study', 'studies_dir', 'results_root', 'jobs_dir',
-           'get_study', 'study_scales', 'notebook_parameters', 'coerce_param', 'split_assignment', 'config_override',
-           'load_scale', 'resolve_params', 'claim', 'write_results', 'cached_seconds', 'load_results', 'save_figure',
-           'set_theme', 'Checkpoint', 'run_key', 'study_runs', 'config_key', 'pipeline_key']
+__all__ = ['STUDIES', 'SCALES', 'RESERVED', 'VERDICTS', 'RUN_PLACES', 'PIPELINE_SECTIONS', 'Study', 'studies_dir', 'results_root',
+           'jobs_dir', 'get_study', 'study_scales', 'notebook_parameters', 'coerce_param', 'split_assignment',
+           'config_override', 'load_scale', 'resolve_params', 'claim', 'verdict', 'interval_verdict', 'write_results',
+           'cached_seconds', 'load_results', 'save_figure', 'set_theme', 'Checkpoint', 'run_key', 'study_runs',
+           'config_key', 'pipeline_key']
 
 # %% ../../nbs/90_studies.ipynb #08c005
 @dataclass(frozen=True)
@@ -312,6 +313,80 @@ def claim(id: str, statement: str, measured, threshold: str, figure: str | None 
         out["figure"] = figure
     return out
 
+# %% ../../nbs/90_studies.ipynb #acae54e37e7d407bbb7b55eff062a284
+VERDICTS = ("reproduced", "partly", "not_reproduced", "untestable_here")
+
+
+def verdict(
+    id: str,
+    report: str,
+    ours: str,
+    status: str,
+    reason: str,
+    measured=None,
+    lo=None,
+    hi=None,
+    figure: str | None = None,
+) -> dict:
+    """Our verdict on one claim of the report: `report` is its statement with its number, `ours` our counterpart in
+    words, `status` one of `VERDICTS`, `reason` why in a sentence (for `untestable_here`, what this scale lacks). A
+    claim called reproduced or partly reproduced needs the interval it was judged on (`lo`, `hi`)."""
+    if status not in VERDICTS:
+        raise ValueError(f"verdict {status!r}: choose from {', '.join(VERDICTS)}")
+    if not reason:
+        raise ValueError(f"verdict {id!r} needs a reason")
+    measured, lo, hi = (None if v is None else float(v) for v in (measured, lo, hi))
+    judged = lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+    if status in ("reproduced", "partly") and not judged:
+        raise ValueError(f"verdict {id!r} is {status}: it needs the interval it was judged on (lo, hi)")
+    out = dict(id=id, report=report, ours=ours, status=status, reason=reason, measured=measured, lo=lo, hi=hi)
+    if figure:
+        out["figure"] = figure
+    return out
+
+# %% ../../nbs/90_studies.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
+def _threshold(t: str) -> tuple[str, float]:
+    m = re.fullmatch(r"\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*", t)
+    if not m:
+        raise ValueError(f"threshold {t!r} must look like '>= 0'")
+    return m.group(1), float(m.group(2))
+
+
+def interval_verdict(
+    id: str,
+    report: str,
+    ours: str,
+    measured,
+    lo,
+    hi,
+    threshold: str,
+    partly: str | None = None,
+    figure: str | None = None,
+) -> dict:
+    """A verdict judged on an interval against a threshold stated before the run: `'>= x'` (or `'> x'`) is reproduced
+    when the lower bound `lo` clears x, `'<= x'` (`'< x'`) when the upper bound `hi` does; else `partly` when the weaker
+    threshold `partly` clears on its bound (the sign holds, the size does not); else not reproduced, the reason saying
+    whether the interval lies on the wrong side or reaches across x (not resolved at this scale)."""
+
+    def clears(t):
+        op, x = _threshold(t)
+        return bool(_OPS[op](lo if op in (">=", ">") else hi, x))
+
+    lo, hi = float(lo), float(hi)
+    span = f"interval [{lo:.4g}, {hi:.4g}]"
+    args = dict(measured=measured, lo=lo, hi=hi, figure=figure)
+    if clears(threshold):
+        return verdict(id, report, ours, "reproduced", f"{span} clears {threshold.strip()}", **args)
+    if partly and clears(partly):
+        why = f"{span} clears {partly.strip()} but not {threshold.strip()}"
+        return verdict(id, report, ours, "partly", why, **args)
+    op, x = _threshold(threshold)
+    wrong_side = not _OPS[op](hi if op in (">=", ">") else lo, x)
+    why = (
+        f"{span} lies outside {threshold.strip()}" if wrong_side else f"{span} reaches across {x:g}: not resolved here"
+    )
+    return verdict(id, report, ours, "not_reproduced", why, **args)
+
 # %% ../../nbs/90_studies.ipynb #08c011-2
 def _jsonable(o):
     if isinstance(o, dict):
@@ -330,9 +405,17 @@ def _write_json(path: Path, obj):
 
 # %% ../../nbs/90_studies.ipynb #08c011-4
 def write_results(
-    out_dir, study: str, scale: str, metrics: dict, claims: list[dict], cached_s: float = 0.0, **extra
+    out_dir,
+    study: str,
+    scale: str,
+    metrics: dict,
+    claims: list[dict],
+    cached_s: float = 0.0,
+    verdicts: list[dict] | None = None,
+    **extra,
 ) -> Path:
-    """Write `results.json` of a study run: metrics and claims (the runner adds params, versions, device, wall time).
+    """Write `results.json` of a study run: metrics, supporting checks (`claims`, from `claim`) and the verdicts on the
+    report's claims (`verdicts`, from `verdict` / `interval_verdict`); the runner adds params, versions, device, wall time.
     `cached_s`: seconds of training this run found done in the study's run cache (`cached_seconds`), which a run on a
     fresh machine pays on top of this one's wall time -- the runner's `scratch_s`, what `reproduce` plans with.
     `training`: the cached training runs the study used, each with the code and machine it was trained at
@@ -347,6 +430,7 @@ def write_results(
             "status": "ok",
             "metrics": metrics,
             "claims": claims,
+            "verdicts": list(verdicts or []),
             "cached_s": round(float(cached_s), 1),
             "training": training_runs(),
             **extra,

@@ -11,12 +11,21 @@ from pathlib import Path
 import numpy as np
 from ..core import C2Error, atomic_write
 from ..config import repo_root
-from .registry import STUDIES, _write_json, get_study, load_results, resolve_params, results_root
+from composer2.studies.registry import (
+    VERDICTS,
+    STUDIES,
+    _write_json,
+    get_study,
+    load_results,
+    resolve_params,
+    results_root,
+)
 from ..runs import code_digest, device_info, git, note_training, provenance, stale_training, versions
 
 # %% auto #0
-__all__ = ['STUDY_CODE', 'INDEX_INTRO', 'StudyFailed', 'default_out', 'check_out_dir', 'is_stale', 'cell_seconds', 'CellProgress',
-           'clean_notebook', 'render_html', 'run_study', 'index_runs', 'scale_label', 'code_label', 'build_index']
+__all__ = ['STUDY_CODE', 'INDEX_INTRO', 'README_BEGIN', 'README_END', 'StudyFailed', 'default_out', 'check_out_dir', 'is_stale',
+           'cell_seconds', 'CellProgress', 'clean_notebook', 'render_html', 'run_study', 'index_runs', 'scale_label',
+           'code_label', 'build_index', 'readme_table', 'update_readme']
 
 # %% ../../nbs/91_runner.ipynb #08c014
 class StudyFailed(Exception):
@@ -337,6 +346,7 @@ def index_runs(root) -> list[dict]:
                 "error": None if ok else (res.get("error") or "failed"),
                 "figures": [f"{rel}/{f}" for f in res.get("figures") or [] if f.endswith(".png") and (d / f).is_file()],
                 "claims": [dict(c, holds=bool(c["holds"])) for c in res.get("claims", [])] if ok else [],
+                "verdicts": list(res.get("verdicts") or []) if ok else [],
             }
         )
     return runs
@@ -367,10 +377,24 @@ def _md_cell(text: str) -> str:
 def _holding(r) -> str:
     return "FAILED" if r["status"] != "ok" else f"{sum(c['holds'] for c in r['claims'])} of {len(r['claims'])}"
 
+
+def _verdict_counts(r) -> str:
+    "The verdicts on the report's claims of a run, counted by kind: '2 reproduced, 1 not reproduced'."
+    if r["status"] != "ok":
+        return "FAILED"
+    n = {s: sum(v["status"] == s for v in r["verdicts"]) for s in VERDICTS}
+    return ", ".join(f"{k} {s.replace('_', ' ')}" for s, k in n.items() if k) or "no verdicts recorded"
+
+
+def _interval(v) -> str:
+    return "" if v.get("lo") is None else f"[{_fmt(v['lo'])}, {_fmt(v['hi'])}]"
+
 # %% ../../nbs/91_runner.ipynb #08c018-7
 INDEX_INTRO = (
-    "Each section is one study run: what the report found, our figure, and each claim with the value the study "
-    "measured, its threshold and whether it holds at that scale. Regenerate with `make reproduce` (or `c2 study "
+    "Each section is one study run: what the report found, our figure, our verdict on each of the report's claims "
+    "it addresses (reproduced, partly, not reproduced, or untestable here, judged on an interval and never on a "
+    "point estimate, with the reason), then the supporting checks (build checks, preconditions, sanity bounds) with "
+    "the value the study measured, its threshold and whether it holds at that scale. Regenerate with `make reproduce` (or `c2 study "
     "run NAME --scale S`); figures are drawn from each run's `results.json`. A failed run is marked failed, never "
     "as holding. *code* is the commit a run came from: *dirty* when the checkout had uncommitted changes, *stale* "
     "when the library or the study changed since, *trained at other code* when a training run it used (a "
@@ -387,9 +411,10 @@ def _md_inline_html(text: str) -> str:
 # %% ../../nbs/91_runner.ipynb #08c018-9
 def build_index(root=None) -> Path:
     """Write `index.md` and `index.html` over every `*/*/results.json` under `root` (default `results_root()`): a summary
-    table (claims holding per study and scale; a registered study with no run yet gets a row saying how to run it), then
-    one section per run -- the report's finding, the run's figures at a readable size, its claims table, links to the
-    executed notebook and `results.json`."""
+    table (per study and scale: the verdicts on the report's claims and the supporting checks holding; a registered
+    study with no run yet gets a row saying how to run it), then one section per run -- the report's finding, the run's
+    figures at a readable size, its verdicts table, its checks table, links to the executed notebook and
+    `results.json`."""
     root = Path(root or results_root())
     root.mkdir(parents=True, exist_ok=True)
     runs = index_runs(root)
@@ -399,16 +424,17 @@ def build_index(root=None) -> Path:
         "",
         INDEX_INTRO,
         "",
-        "| study | reproduces | scale | claims holding | code | finished |",
-        "|---|---|---|---|---|---|",
+        "| study | reproduces | scale | the report's claims | supporting checks | code | finished |",
+        "|---|---|---|---|---|---|---|",
     ]
     md += [
-        f"| [{r['study']}](#{_anchor(r)}) | {r['reproduces']} | {r['scale']} | {_holding(r)} | {r['code']} | {r['when']} |"
+        f"| [{r['study']}](#{_anchor(r)}) | {r['reproduces']} | {r['scale']} | {_verdict_counts(r)} | {_holding(r)} "
+        f"| {r['code']} | {r['when']} |"
         for r in runs
     ]
-    md += [f"| {s.name} | {s.reproduces} | | not run yet: `c2 study run {s.name} --scale cpu` | | |" for s in missing]
+    md += [f"| {s.name} | {s.reproduces} | | not run yet: `c2 study run {s.name} --scale cpu` | | | |" for s in missing]
     if not runs:
-        md.append("| no results yet: run `make reproduce` | | | | | |")
+        md.append("| no results yet: run `make reproduce` | | | | | | |")
     for r in runs:
         md += [
             "",
@@ -422,7 +448,15 @@ def build_index(root=None) -> Path:
         if r["status"] != "ok":
             md.append(f"**FAILED**: {r['error']}")
         else:
-            md += ["| claim | measured | threshold | holds |", "|---|---|---|---|"]
+            if r["verdicts"]:
+                md += ["| the report's claim | ours | interval | verdict | why |", "|---|---|---|---|---|"]
+                md += [
+                    f"| **{v['id']}**: {_md_cell(v['report'])} | {_md_cell(v['ours'])} ({_fmt(v.get('measured'))}) | "
+                    f"{_interval(v)} | **{v['status'].replace('_', ' ')}** | {_md_cell(v['reason'])} |"
+                    for v in r["verdicts"]
+                ]
+                md += ["", "Supporting checks:", ""]
+            md += ["| check | measured | threshold | holds |", "|---|---|---|---|"]
             md += [
                 f"| **{c['id']}**: {_md_cell(c['statement'])} | {_fmt(c['measured'])} | {c['threshold']} | "
                 f"{'holds' if c['holds'] else 'does not hold'} |"
@@ -436,13 +470,14 @@ def build_index(root=None) -> Path:
     e = html.escape
     summary = "".join(
         f'<tr><td><a href="#{e(_anchor(r))}">{e(str(r["study"]))}</a></td><td>{e(r["reproduces"])}</td>'
-        f'<td>{e(r["scale"])}</td><td class="{"failed" if r["status"] != "ok" else "n"}">{e(_holding(r))}</td>'
+        f'<td>{e(r["scale"])}</td><td class="{"failed" if r["status"] != "ok" else "n"}">{e(_verdict_counts(r))}</td>'
+        f'<td class="{"failed" if r["status"] != "ok" else "n"}">{e(_holding(r))}</td>'
         f"<td>{e(r['code'])}</td><td>{e(r['when'])}</td></tr>"
         for r in runs
     )
     summary += "".join(
         f'<tr><td>{e(s.name)}</td><td>{e(s.reproduces)}</td><td></td><td class="missing">not run yet: '
-        f"<code>c2 study run {e(s.name)} --scale cpu</code></td><td></td><td></td></tr>"
+        f"<code>c2 study run {e(s.name)} --scale cpu</code></td><td></td><td></td><td></td></tr>"
         for s in missing
     )
     sections = []
@@ -459,7 +494,16 @@ def build_index(root=None) -> Path:
                 f"<td>{'holds' if c['holds'] else 'does not hold'}</td></tr>"
                 for c in r["claims"]
             )
-            body = f"<table><tr><th>claim</th><th>measured</th><th>threshold</th><th>holds</th></tr>{trs}</table>"
+            body = f"<table><tr><th>check</th><th>measured</th><th>threshold</th><th>holds</th></tr>{trs}</table>"
+            vrs = "".join(
+                f'<tr class="{e(v["status"])}"><td><b>{e(v["id"])}</b><br>{e(v["report"])}</td>'
+                f"<td>{e(v['ours'])} ({e(_fmt(v.get('measured')))})</td><td>{e(_interval(v))}</td>"
+                f"<td>{e(v['status'].replace('_', ' '))}</td><td>{e(v['reason'])}</td></tr>"
+                for v in r["verdicts"]
+            )
+            if vrs:
+                head = "<tr><th>the report's claim</th><th>ours</th><th>interval</th><th>verdict</th><th>why</th></tr>"
+                body = f"<table>{head}{vrs}</table><p>Supporting checks:</p>{body}"
         sections.append(
             f'<section id="{e(_anchor(r))}"><h2>{e(str(r["study"]))} ({e(r["scale"])}): {e(r["title"])}</h2>'
             f'<p class="report"><b>The report ({e(r["reproduces"])}):</b> {e(r["finding"])}</p>{figs}{body}'
@@ -474,14 +518,62 @@ table {{ border-collapse: collapse; margin: 0.5em 0; }} td, th {{ border: 1px so
 section img {{ display: block; max-width: 100%; margin: 0.5em 0; }} .report {{ background: #f4f4f8; padding: 0.6em; }}
 tr.holds td:last-child {{ color: #11691e; font-weight: bold; }} tr.nothold td:last-child, .failed {{ color: #b00020; font-weight: bold; }}
 .meta {{ color: #555; font-size: 90%; }} .missing {{ color: #555; font-style: italic; }}
+tr.reproduced td:nth-child(4) {{ color: #11691e; font-weight: bold; }} tr.partly td:nth-child(4) {{ color: #8a5a00; }}
+tr.not_reproduced td:nth-child(4) {{ color: #b00020; font-weight: bold; }} tr.untestable_here td:nth-child(4) {{ color: #555; }}
 </style></head><body>
 <h1>Study results</h1>
 <p>{_md_inline_html(INDEX_INTRO)}</p>
-<table><tr><th>study</th><th>reproduces</th><th>scale</th><th>claims holding</th><th>code</th><th>finished</th></tr>
-{summary or '<tr><td colspan="6">no results yet: run <code>make reproduce</code></td></tr>'}
+<table><tr><th>study</th><th>reproduces</th><th>scale</th><th>the report's claims</th><th>supporting checks</th>
+<th>code</th><th>finished</th></tr>
+{summary or '<tr><td colspan="7">no results yet: run <code>make reproduce</code></td></tr>'}
 </table>
 {chr(10).join(sections)}
 </body></html>
 """
     atomic_write(root / "index.html", page)
     return root / "index.md"
+
+# %% ../../nbs/91_runner.ipynb #7fb27b941602401d91542211134fc71a
+README_BEGIN = "<!-- studies table: begin (written by c2 study index from results.json; do not edit) -->"
+README_END = "<!-- studies table: end -->"
+
+
+def readme_table(root=None, scale: str = "cpu") -> str:
+    """The README's study table, read from the results under `root` (default `results_root()`): a row per registered
+    study with the report's figure, the verdicts on its claims at `scale` and the minutes a run takes from scratch
+    (`scratch_s`: its wall time plus the training it found cached). Generated, so it cannot drift from results.json; a
+    stale result (code changed since) says so."""
+    root = Path(root or results_root())
+    rows = [f"| study | the report | verdicts at {scale} scale | minutes from scratch |", "|---|---|---|---|"]
+    for name, st in STUDIES.items():
+        try:
+            res = json.loads((root / name / scale / "results.json").read_text())
+        except (OSError, ValueError):
+            rows.append(f"| {name} | {st.reproduces} | not run at this scale | |")
+            continue
+        try:
+            link = (root / name / scale).resolve().relative_to(repo_root()).as_posix()
+        except ValueError:
+            link = (root / name / scale).as_posix()
+        vs = res.get("verdicts") or []
+        said = "; ".join(f"{v['id']}: **{v['status'].replace('_', ' ')}**" for v in vs) or "no verdicts recorded yet"
+        said = (
+            "FAILED" if res.get("status") != "ok" else said + (" (stale: code changed since)" if is_stale(res) else "")
+        )
+        secs = res.get("scratch_s", res.get("wall_time_s"))
+        mins = "" if secs is None else f"{max(float(secs) / 60, 1):.0f}"
+        rows.append(f"| [{name}]({link}/) | {st.reproduces} | {_md_cell(said)} | {mins} |")
+    return "\n".join(rows)
+
+
+def update_readme(readme, root=None, scale: str = "cpu") -> bool:
+    """Put `readme_table` between `README_BEGIN` and `README_END` in the file `readme`; False, leaving it unchanged,
+    when it has no such markers."""
+    p = Path(readme)
+    text = p.read_text() if p.is_file() else ""
+    if README_BEGIN not in text or README_END not in text:
+        return False
+    head, rest = text.split(README_BEGIN, 1)
+    tail = rest.split(README_END, 1)[1]
+    atomic_write(p, f"{head}{README_BEGIN}\n{readme_table(root, scale)}\n{README_END}{tail}")
+    return True
