@@ -77,23 +77,68 @@ def _stale(src: Path, dst: Path) -> bool:
                                      Path(__file__).stat().st_mtime)
 
 
+def _lenient_signature():
+    """Make fastcore's signatures fall back to the annotations as written when one names a type the notebook defines
+    further down (a forward reference under `from __future__ import annotations`, which show_doc cannot evaluate
+    before the cell that defines the type has run)."""
+    import inspect
+    import fastcore.docments as docments
+    if getattr(docments.signature, "lenient", False): return
+
+    def signature(obj, *args, eval_str=False, **kw):
+        try: return inspect.signature(obj, *args, eval_str=eval_str, **kw)
+        except NameError: return inspect.signature(obj, *args, eval_str=False, **kw)
+    signature.lenient = True
+    docments.signature = signature
+
+
+def _processors():
+    """nbdev's notebook processors, except that a cell which fails while executed for the docs is reported and left
+    with the outputs it had, instead of stopping the whole build. nbdev executes the export cells, the show_doc cells
+    and every cell that imports something; a cell that mixes an import with test code needing names from cells nbdev
+    does not run fails there (nbdev's "imports and other code" warning)."""
+    from nbdev import processors as P
+
+    class exec_show_docs(P.exec_show_docs):
+        def __call__(self, cell):
+            outputs = cell.get("outputs")
+            try: super().__call__(cell)
+            except Exception as e:
+                self.k.exc = None
+                if outputs is not None: cell["outputs"] = outputs
+                cause = e.__cause__ or e
+                what = "a show_doc cell" if P._is_showdoc(cell) else "a cell"
+                first = str(cause).splitlines()[0] if str(cause) else ""
+                print(f"docs_site: WARNING {what} of {Path(self.nb.path_).name} failed when executed for the docs "
+                      f"and keeps its saved outputs: {type(cause).__name__}: {first}",
+                      file=sys.stderr, flush=True)
+
+    class Filter(P.FilterDefaults):
+        def base_procs(self):
+            return [exec_show_docs if p is P.exec_show_docs else p for p in super().base_procs()]
+    return Filter
+
+
 def _proc_one(job):
-    "Run nbdev's notebook processors on one notebook (in a fresh process: they execute its import and export cells)."
+    "nbdev's processors over one notebook, in a fresh process (they execute the notebook's import and export cells)."
     src, dst = job
-    os.chdir(ROOT)
     import nbdev.serve_drv
-    from nbdev.processors import FilterDefaults
-    nbdev.serve_drv.main((src, dst, FilterDefaults))
+    _lenient_signature()
+    os.environ["IN_TEST"] = "1"
+    try: nbdev.serve_drv.exec_nb(src, dst, _processors())
+    finally: del os.environ["IN_TEST"]
     return dst
 
 
 def stage_library(proc: Path, notebooks: list[Path], n_workers: int) -> list[Path]:
     "Process the notebooks whose staged copy is stale; return the staged paths of all of them."
+    import importlib
     from fastcore.parallel import parallel
+    worker = importlib.import_module(Path(__file__).stem)._proc_one   # by module name, so spawned workers find it
     jobs = [(nb, proc / nb.name) for nb in notebooks if _stale(nb, proc / nb.name)]
-    if jobs:
+    if jobs:   # as nbdev_docs does: each notebook in a fresh process (its import and export cells are executed)
         print(f"docs_site: processing {len(jobs)} notebook(s) with nbdev ({n_workers} workers)", flush=True)
-        parallel(_proc_one, jobs, n_workers=n_workers, method="spawn", pause=0.01)
+        parallel(worker, jobs, n_workers=n_workers, method="spawn", pause=0.01)
     return [proc / nb.name for nb in notebooks]
 
 
@@ -120,8 +165,9 @@ def study_summary(study, res: dict, files: list[str]) -> str:
     lines += [f"**Claims:** {held} of {len(res.get('claims', []))} hold.", "",
               "| claim | statement | measured | threshold | holds |", "|---|---|---|---|---|"]
     for c in res.get("claims", []):
-        lines.append(f"| `{c.get('id')}` | {_md_escape(c.get('statement', ''))} | {_md_escape(_fmt(c.get('measured')))} "
-                     f"| `{_md_escape(c.get('threshold', ''))}` | {'yes' if c.get('holds') else '**no**'} |")
+        statement, measured = _md_escape(c.get("statement", "")), _md_escape(_fmt(c.get("measured")))
+        lines.append(f"| `{c.get('id')}` | {statement} | {measured} | `{_md_escape(c.get('threshold', ''))}` "
+                     f"| {'yes' if c.get('holds') else '**no**'} |")
     lines += ["", "**Files of this run:** " + ", ".join(f"[{f}]({study.name}/{f})" for f in files) + ".", "",
               "The executed notebook follows.", ""]
     return "\n".join(lines)
@@ -374,7 +420,8 @@ class Plain:
             for p in pages:
                 rel = p.relative_to(self.proc).as_posix()
                 cls = ' class="here"' if rel == page_rel else ""
-                items.append(f'<li><a{cls} href="{up}{self.names[rel]}">{html.escape(self.titles.get(rel, rel))}</a></li>')
+                label = html.escape(self.titles.get(rel, rel))
+                items.append(f'<li><a{cls} href="{up}{self.names[rel]}">{label}</a></li>')
             out.append(f"<h2>{html.escape(title)}</h2><ul>{''.join(items)}</ul>")
         return "\n".join(out)
 
@@ -424,8 +471,8 @@ pre, code { font-family: ui-monospace, monospace; font-size: 13px; }
 pre { background: #f6f8fa; padding: .6em .8em; overflow-x: auto; border-radius: 4px; }
 pre.output { background: #fff; border-left: 3px solid #ccd; } pre.error { border-left-color: #c33; }
 .cell { margin: 1em 0; } .highlight pre { margin: 0; }
-table { border-collapse: collapse; margin: 1em 0; font-size: 14px; } th, td { border: 1px solid #ddd; padding: .3em .6em;
-  vertical-align: top; } th { background: #f0f2f5; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 14px; }
+th, td { border: 1px solid #ddd; padding: .3em .6em; vertical-align: top; } th { background: #f0f2f5; }
 .figure img, main img { max-width: 100%; height: auto; }
 a.anchor-link { visibility: hidden; margin-left: .3em; text-decoration: none; color: #999; }
 h1:hover a.anchor-link, h2:hover a.anchor-link, h3:hover a.anchor-link, h4:hover a.anchor-link { visibility: visible; }
