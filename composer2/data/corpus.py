@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterator
 import numpy as np, torch
 from tqdm import tqdm  # the console bar: tqdm.auto would look for ipywidgets in a study kernel
-from ..core import C2Error
+from ..core import C2Error, public_modes
 from ..config import Config, DataConfig, load_config, repo_root
 
 # %% auto #0
@@ -287,6 +287,7 @@ def build_data(cfg: Config | DataConfig, progress: bool = True, force: bool = Fa
         (tmp / "DONE").write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
         if out.exists():
             shutil.rmtree(out)
+        public_modes(tmp)  # mkdtemp made it 0700: a shared cache others may read, as the umask says
         tmp.rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

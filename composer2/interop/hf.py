@@ -7,16 +7,25 @@ from __future__ import annotations
 import dataclasses, json, os, shutil, sys, threading, time
 from pathlib import Path
 import torch
-from ..core import C2Error
+from ..core import C2Error, drop_log_messages, public_modes
 from ..config import Config, ModelConfig
 from ..data.corpus import SPECIAL_TOKENS, TokenizerFile
 from ..model.engine import Generation, stream_key
 from ..model.moe import MoETransformer, MoE
 
 # %% auto #0
-__all__ = ['CHAT_TEMPLATE', 'hf_config', 'to_hf', 'hf_config_to_model', 'from_hf', 'hf_tokenizer', 'export_hf', 'import_hf',
-           'TokenizerData', 'HFServer', 'chat_roles', 'turn_end_ids', 'ChatPolicy', 'evaluate_chat', 'speaks_composer2',
-           'evaluate_hf']
+__all__ = ['CHAT_TEMPLATE', 'quiet_torchao', 'hf_config', 'to_hf', 'hf_config_to_model', 'from_hf', 'hf_tokenizer', 'export_hf',
+           'import_hf', 'TokenizerData', 'HFServer', 'chat_roles', 'turn_end_ids', 'ChatPolicy', 'evaluate_chat',
+           'speaks_composer2', 'evaluate_hf']
+
+# %% ../../nbs/95_hf.ipynb #22c04q
+def quiet_torchao():
+    "Drop torchao's import-time notices (CUDA extensions a CPU torch cannot load; its enums' registration), by text."
+    drop_log_messages("torchao", r"^Failed to load .*\.so: Could not load this library")
+    drop_log_messages("torch.utils._pytree", r"is an Enum subclass and is now natively supported by torch\.compile")
+
+
+quiet_torchao()  # importing this module is what leads to transformers, and so to torchao
 
 # %% ../../nbs/95_hf.ipynb #22c06
 def _check(cfg: ModelConfig):
@@ -306,6 +315,7 @@ def export_hf(model: MoETransformer, out, data=None) -> Path:
             save_file(mtp, str(tmp / "composer2_mtp.safetensors"))
         if data is not None:
             hf_tokenizer(data).save_pretrained(tmp)
+        public_modes(tmp)  # safetensors writes through a private temporary file (0600): the umask's modes instead
         if out.exists():
             out.rmdir()
         tmp.rename(out)
