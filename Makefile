@@ -4,13 +4,15 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.setup-stamp
 PORT    ?= 8888
-TOKEN   ?= $(shell $(PY) -c 'import secrets; print(secrets.token_hex(16))')
+# make lab's token; empty: a fresh one, drawn once in the recipe (a `?= $(shell ...)` draws one per use, and the
+# URL printed and the server's token differed)
+TOKEN   ?=
 SCALE   ?= cpu
 EXECUTOR ?= local
 LAB_DIR ?= .
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)   # Jupyter refuses root otherwise (CI runs as root)
 
-.PHONY: setup system-packages test reproduce pipeline lab export format clean-venv slurm-up slurm-down
+.PHONY: setup system-packages test test-nb reproduce pipeline lab export format clean-venv slurm-up slurm-down
 
 setup: system-packages $(STAMP)
 
@@ -38,6 +40,17 @@ $(STAMP): pyproject.toml constraints.txt
 test: setup
 	$(BIN)/python tests/run_suite.py
 
+# one notebook's tests with make test's flags: make test-nb NB=31_model (or NB=nbs/31_model.ipynb, or NB=31). An
+# unknown NB stops make here with one line, before setup (tools/test_nb.py --check needs only the system Python).
+ifneq ($(filter test-nb,$(MAKECMDGOALS)),)
+NB_ERROR := $(shell $(PY) tools/test_nb.py --check '$(NB)')
+ifneq ($(NB_ERROR),)
+$(error $(NB_ERROR))
+endif
+endif
+test-nb: setup
+	@$(BIN)/python tools/test_nb.py '$(NB)'
+
 reproduce: setup
 	$(BIN)/c2 reproduce --scale $(SCALE) --executor $(EXECUTOR)
 
@@ -47,8 +60,9 @@ pipeline: setup
 	SCALE=$(SCALE) EXECUTOR=$(EXECUTOR) ./pipeline.sh
 
 lab: setup
-	@echo "JupyterLab: http://127.0.0.1:$(PORT)/lab?token=$(TOKEN)"
-	$(BIN)/jupyter lab --no-browser --ip 127.0.0.1 --port $(PORT) --ServerApp.token=$(TOKEN) \
+	@token='$(TOKEN)'; token=$${token:-$$($(PY) -c 'import secrets; print(secrets.token_hex(16))')}; \
+	echo "JupyterLab: http://127.0.0.1:$(PORT)/lab?token=$$token"; \
+	exec $(BIN)/jupyter lab --no-browser --ip 127.0.0.1 --port $(PORT) --ServerApp.token=$$token \
 		--ServerApp.root_dir=$(LAB_DIR) --MultiKernelManager.default_kernel_name=composer2 $(ALLOW_ROOT)
 
 # A single-node Slurm cluster on this machine (root): munged, MariaDB, slurmdbd, slurmctld, slurmd; see slurm/README.md
