@@ -51,8 +51,9 @@ endif
 test-nb: setup
 	@$(BIN)/python tools/test_nb.py '$(NB)'
 
+# SCALE is required by c2 reproduce (cpu here unless set); ONLY=name,name runs some studies, PLAN=1 prints the plan
 reproduce: setup
-	$(BIN)/c2 reproduce --scale $(SCALE) --executor $(EXECUTOR)
+	$(BIN)/c2 reproduce --scale $(SCALE) --executor $(EXECUTOR) $(if $(ONLY),--only $(ONLY)) $(if $(PLAN),--plan)
 
 # the whole story in order (data -> pretraining -> SFT -> RL -> evaluation), one c2 command per step; EXECUTOR=slurm
 # submits each step as a Slurm job that waits for the one before it

@@ -13,10 +13,10 @@ from .runs import REUSE_STALE
 from .studies.runner import StudyFailed
 
 # %% auto #0
-__all__ = ['REUSE_HELP', 'system_info', 'cmd_info', 'cmd_config', 'cmd_data_build', 'copy_line', 'cmd_train', 'cmd_generate',
-           'cmd_pretrain', 'cmd_rl', 'cmd_reproduce', 'cmd_study_list', 'cmd_study_run', 'cmd_study_submit',
-           'cmd_study_status', 'cmd_study_index', 'cmd_tasks_stats', 'cmd_tasks_oracle', 'cmd_tasks_show', 'parser',
-           'main', 'cmd_tasks_eval', 'cmd_export', 'cmd_import']
+__all__ = ['SCALE_HELP', 'REUSE_HELP', 'system_info', 'cmd_info', 'cmd_config', 'cmd_data_build', 'copy_line', 'cmd_train',
+           'cmd_generate', 'cmd_pretrain', 'cmd_rl', 'cmd_reproduce', 'cmd_study_list', 'cmd_study_run',
+           'cmd_study_submit', 'cmd_study_status', 'cmd_study_index', 'cmd_tasks_stats', 'cmd_tasks_oracle',
+           'cmd_tasks_show', 'parser', 'main', 'cmd_tasks_eval', 'cmd_export', 'cmd_import']
 
 # %% ../nbs/99_cli.ipynb #23c004
 def _version(pkg):
@@ -83,6 +83,7 @@ def _cfg(a):
     return load_config(a.scale, a.config, a.overrides)
 
 # %% ../nbs/99_cli.ipynb #23c008-1r
+SCALE_HELP = "smoke, cpu or gpu: required (minutes to hours; c2 reproduce --plan shows each study's time)"
 REUSE_HELP = (
     f"reuse cached training (pretraining stages, RL runs) trained at other library code than the "
     f"current, saying which (the same as {REUSE_STALE}=1); by default such a run is moved aside to .stale/ "
@@ -215,11 +216,41 @@ def cmd_rl(a):
     print(f"run: {run_dir(cfg)}")
 
 # %% ../nbs/99_cli.ipynb #23c008-9
-def cmd_reproduce(a):
-    from composer2.studies.dispatch import reproduce
+def _need_scale(a, names, command: str):
+    """`--scale` of the study commands, which has no default: a one-line error listing the scales with their times
+    from scratch (`composer2.studies.dispatch.scale_choices`) when it is missing."""
+    if a.scale is None:
+        from composer2.studies.dispatch import scale_choices
 
+        raise C2Error(
+            f"{command} needs --scale, which decides between minutes and hours: {scale_choices(names)} "
+            f"(e.g. {command} --scale smoke; c2 reproduce --plan shows each study's time)"
+        )
+
+
+def cmd_reproduce(a):
+    from composer2.studies.dispatch import check_reproduce, plan_rows, reproduce, reproduce_plan, study_names
+    from composer2.studies.registry import study_scales
+
+    names = study_names(a.only)
+    if a.plan:  # the studies, their scale, executor and time; nothing runs
+        scales = (
+            [a.scale] if a.scale else [s for s in study_scales(names[0]) if all(s in study_scales(n) for n in names)]
+        )
+        for s in scales:
+            check_reproduce(s, a.executor, names)
+        rows = [("STUDY", "SCALE", "EXECUTOR", "FROM SCRATCH")] + [
+            r for s in scales for r in plan_rows(s, names, a.executor)
+        ]
+        w = [max(len(r[i]) for r in rows) for i in range(4)]
+        for r in rows:
+            print("  ".join(f"{v:<{w[i]}}" for i, v in enumerate(r)).rstrip())
+        for s in scales:
+            print(reproduce_plan(s, names, a.executor))
+        return
+    _need_scale(a, names, "c2 reproduce")
     t = time.time()
-    failed = reproduce(a.scale, a.executor)
+    failed = reproduce(a.scale, a.executor, names)
     print(f"reproduce ({a.scale}, {a.executor}): {len(failed)} failed in {time.time() - t:.0f}s")
     if failed:
         sys.exit(1)
@@ -236,12 +267,15 @@ def cmd_study_list(a):
 def cmd_study_run(a):
     from composer2.studies.runner import run_study
 
+    _need_scale(a, [a.name], f"c2 study run {a.name}")
     run_study(a.name, a.scale, a.out, a.param)
 
 # %% ../nbs/99_cli.ipynb #23c008-12
 def cmd_study_submit(a):
     from composer2.studies.dispatch import submit_study, wait_jobs
+    from composer2.studies.runner import default_out
 
+    _need_scale(a, [a.name], f"c2 study submit {a.name}")
     jobs = submit_study(
         a.name,
         a.scale,
@@ -259,11 +293,17 @@ def cmd_study_submit(a):
     print(
         f"{a.name} ({a.scale}): submitted {len(jobs)} {a.executor} job{'s' if len(jobs) > 1 else ''}: {ids}", flush=True
     )
+    index = Path(a.out or default_out(a.name, a.scale)).resolve() / "sweep" / "index.md"
     if a.wait:
         for s in wait_jobs(jobs):
             print(f"{s['study']} ({s['scale']}): {s['claims_hold']} of {s['claims']} claims hold -> {s['out']}")
+        if a.sweep:
+            print(f"sweep index: {index}")
     else:
-        print("follow with: c2 study status")
+        print(
+            "follow with: c2 study status"
+            + (f"; each arm updates the sweep's index as it ends: {index}" if a.sweep else "")
+        )
 
 # %% ../nbs/99_cli.ipynb #23c008-13
 def cmd_study_status(a):
@@ -274,14 +314,16 @@ def cmd_study_status(a):
         print(json.dumps(jobs, indent=1))
         return
     if not jobs:
-        print("no jobs submitted yet (c2 study submit NAME)")
+        print("no jobs submitted yet (c2 study submit NAME --scale smoke)")
         return
     rows = [("JOB", "STUDY", "SCALE", "EXECUTOR", "STATE", "SUBMITTED", "OUT")] + [
         (j["job_id"], j["study"], j["scale"], j["executor"], j["state"], j["submitted"], j["out"]) for j in jobs
     ]
     w = [max(len(str(r[i])) for r in rows) for i in range(6)]
-    for r in rows:
+    for r, j in zip(rows, [None] + jobs):
         print("  ".join(f"{str(v):<{w[i]}}" for i, v in enumerate(r[:6])) + "  " + str(r[6]))
+        if j is not None:  # its logs: submitit's stdout and stderr of the job, the study's own log
+            print(f"{'':<{w[0]}}  logs: {'  '.join(j['logs'])}")
 
 # %% ../nbs/99_cli.ipynb #23c008-14
 def cmd_study_index(a):
@@ -289,6 +331,11 @@ def cmd_study_index(a):
     from composer2.config import repo_root
     from composer2.studies.runner import build_index, update_readme
 
+    if a.sweep:
+        from composer2.studies.dispatch import build_sweep_index
+
+        print(f"sweep index: {build_sweep_index(a.sweep)}")
+        return
     p = build_index(a.root)
     print(f"index: {p} and {p.with_suffix('.html')}")
     if a.root is None and update_readme(repo_root() / "README.md"):
@@ -449,8 +496,12 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true", help="print the table as JSON")
     q.set_defaults(fn=cmd_tasks_eval)
     p = sub.add_parser("reproduce", help="run every registered study at a scale and rebuild the results index")
-    p.add_argument("--scale", default="cpu", help="smoke, cpu or gpu (default: cpu)")
+    p.add_argument("--scale", default=None, help=SCALE_HELP)
     p.add_argument("--executor", default="local", help="local (this process, the default) or slurm")
+    p.add_argument("--only", action="append", default=[], metavar="NAME[,NAME]", help="only these studies (repeatable)")
+    p.add_argument(
+        "--plan", action="store_true", help="print the studies, scale, executor and time from scratch; run nothing"
+    )
     _add_reuse_arg(p)
     p.set_defaults(fn=cmd_reproduce)
     p = sub.add_parser("study", help="studies: papermill notebooks that reproduce the report's figures")
@@ -459,7 +510,7 @@ def parser() -> argparse.ArgumentParser:
 
     def study_args(q):
         q.add_argument("name", help="a registered study (c2 study list)")
-        q.add_argument("--scale", default="cpu", help="smoke, cpu or gpu (default: cpu)")
+        q.add_argument("--scale", default=None, help=SCALE_HELP)
         q.add_argument("--out", default=None, help="output dir (default: studies/results/NAME/SCALE)")
         q.add_argument(
             "-p", "--param", action="append", default=[], metavar="key=value", help="a notebook parameter (repeatable)"
@@ -492,6 +543,7 @@ def parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_study_status)
     q = ssub.add_parser("index", help="rebuild studies/results/index.md and index.html, and README.md's study table")
     q.add_argument("--root", default=None, help="results root (default: studies/results, or $C2_RESULTS)")
+    q.add_argument("--sweep", default=None, metavar="OUT/sweep", help="rebuild a sweep's index.md instead")
     q.set_defaults(fn=cmd_study_index)
     return ap
 

@@ -98,6 +98,12 @@ def test_plain_job(cluster, tmp_path):
     (job,) = settled(env)
     assert job["executor"] == "slurm" and job["state"] == "COMPLETED"
     assert sacct(job["job_id"]) == [[job["job_id"], "COMPLETED", "debug"]]  # the partition of the scale file
+    # its log files exist and `c2 study status` lists them under the job
+    assert all(Path(p).is_file() for p in job["logs"]) and job["logs"][-1].endswith("plain/kl_estimators.log")
+    assert "logs: " + "  ".join(job["logs"]) in c2("study", "status", env=env).stdout
+    # sacct unreachable (not on PATH): the state the job's results.json tells, not UNKNOWN
+    (job,) = status({**env, "PATH": str(tmp_path / "no-sacct-here")})
+    assert job["state"] == "COMPLETED (results.json)", job
 
 
 def test_sweep_is_one_job_array(cluster, tmp_path):
@@ -132,6 +138,13 @@ def test_sweep_is_one_job_array(cluster, tmp_path):
         res = json.loads((Path(j["out"]) / "results.json").read_text())
         assert res["status"] == "ok" and res["params"]["lam"] == j["params"]["lam"]
     assert {j["params"]["lam"] for j in jobs} == {0.002, 0.004}
+    # the arms side by side: a row per arm, a column per claim
+    index = tmp_path / "sweep" / "sweep" / "index.md"
+    assert f"sweep index: {index}" in r.stdout
+    rows = [l for l in index.read_text().splitlines() if l.startswith("| ")]
+    claims = json.loads((Path(jobs[0]["out"]) / "results.json").read_text())["claims"]
+    assert rows[0] == "| " + " | ".join(["lam", "arm", "status", *(c["id"] for c in claims)]) + " |", rows
+    assert [r.split(" | ")[0] for r in rows[1:]] == ["| 0.002", "| 0.004"] and all(" ok: " in r for r in rows[1:])
 
 
 def test_preempted_job_resumes_from_its_checkpoint(cluster, tmp_path):
