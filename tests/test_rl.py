@@ -4,7 +4,7 @@ torn ledger line) followed by a rerun that trains every prompt of the pool exact
 state: an incomplete or unreadable checkpoint, an output folder the machine refuses, a disk that fills during the run,
 a missing SFT checkpoint."""
 
-import csv, json, os, shutil, signal, subprocess, time
+import csv, json, os, re, shutil, signal, subprocess, time
 import pytest
 from conftest import C2, ROOT, c2, one_line_error
 
@@ -66,9 +66,12 @@ def check_run(run, pool, steps, mode):
 
 def test_sync_smoke(smoke_data, tmp_path):
     t0 = time.time()
-    r = c2(*args(tmp_path, smoke_data, "rl.mode=sync"))
+    r = c2(*args(tmp_path, smoke_data, "rl.mode=sync"), env={"C2_HEARTBEAT_S": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     assert "held-out pass@1" in r.stdout and "rl sync" in r.stdout
+    # its silent start-up says what it waits for (every second here; 10 s by default): Ray alone took 347 s on a loaded
+    # 2-core machine, without a line
+    assert re.search(r"^waiting for rl sync: Ray to start: \d+s$", r.stderr, re.M), r.stderr[-3000:]
     done = check_run(tmp_path / "smoke" / "sync", expected_pool(tmp_path, smoke_data), 4, "sync")
     print(f"sync smoke run: {time.time() - t0:.1f}s, {done['step_s']:.2f}s/step")
     # the final evaluation was split between the evaluator and the idle worker; every episode draws from the stream

@@ -4,16 +4,16 @@
 
 # %% ../../nbs/70_pretrain.ipynb #07c003
 from __future__ import annotations
-import ast, copy, dataclasses, json, os, signal, subprocess, time
+import ast, contextlib, copy, dataclasses, json, os, signal, subprocess, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np, torch
 import lightning as L
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, RichProgressBar
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from ..config import LEVELS, STAGES, Config, to_yaml
-from ..core import C2Error, Preempted, atomic_write
+from ..core import C2Error, Preempted, atomic_write, drop_log_messages, heartbeat
 from ..data.corpus import DataDir, PAD_ID, open_data
 from ..model.moe import MoETransformer, training_loss
 from ..agent.protocol import SYSTEM_PROMPT, Message, Transcript, context_segments, format_tool_call
@@ -31,7 +31,7 @@ from composer2.model.checkpoint import (
 # %% auto #0
 __all__ = ['PEAK_BF16_FLOPS', 'StagePlan', 'stage_plan', 'WindowStream', 'TranscriptStream', 'render_transcript', 'sft_examples',
            'mix_oracle', 'flops_per_token', 'peak_flops', 'PretrainModule', 'AtomicCheckpointIO', 'StageCallback',
-           'read_losses', 'run_plan', 'run_stage', 'run_pipeline', 'train']
+           'read_losses', 'StageBar', 'quiet_lightning', 'run_plan', 'run_stage', 'run_pipeline', 'train']
 
 # %% ../../nbs/70_pretrain.ipynb #07c006-1
 @dataclass
@@ -404,7 +404,7 @@ class StageCallback(Callback):
                 data_key=self.data_key,
             )
         if s % self.every == 0 or self.preempted:
-            trainer.save_checkpoint(self.out / "last.ckpt")
+            trainer.save_checkpoint(self.out / "last.ckpt", weights_only=False)  # optimizer and loops: exact resume
         if self.preempted:
             trainer.should_stop = True
 
@@ -439,11 +439,41 @@ def _load_init(module: PretrainModule, plan: StagePlan, data: DataDir, cmd: str)
         module.model.load_state_dict(sd, strict=what == "weights")
 
 # %% ../../nbs/70_pretrain.ipynb #07c018-1
+class StageBar(RichProgressBar):
+    "Lightning's bar naming the stage where it said `Epoch 0/-2` (a stage counts steps, not epochs), without `v_num`."
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        return f"{self.name:{len(self.validation_description)}}"
+
+    def get_metrics(self, trainer, pl_module):
+        return {k: v for k, v in super().get_metrics(trainer, pl_module).items() if k != "v_num"}
+
+
+def quiet_lightning(single_process: bool = True):
+    """Silence, by their text, Lightning's notices that say nothing about a run: the accelerators it did or did not
+    find (`GPU available: False`; the summary names the device), its litlogger tip, that `fit` stopped at `max_steps`
+    (the summary says how many steps ran), a deprecation inside its pytree helper, and -- for a one-process run --
+    the hint to launch it with `srun`, which Slurm being installed here triggers; a multi-process run keeps that hint
+    (without srun its processes would hang)."""
+    for logger in ["lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"]:  # whichever logs
+        drop_log_messages(
+            logger, r"^[GTH]PU available: ", r"^💡 Tip: For seamless cloud", r"^`Trainer.fit` stopped: `max_steps="
+        )
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    if single_process:
+        warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
+
+
 def _trainer(
     cfg: Config, out: Path, plan: StagePlan, cb: StageCallback, progress: bool, minutes: float = 0.0
 ) -> L.Trainer:
     p, t = cfg.pretrain, cfg.train
     cuda = torch.cuda.is_available() and t.device != "cpu"
+    quiet_lightning(p.devices == 1 and p.num_nodes == 1)
     plugins = [AtomicCheckpointIO()]
     if "SLURM_JOB_ID" in os.environ:
         from lightning.pytorch.plugins.environments import SLURMEnvironment
@@ -458,7 +488,7 @@ def _trainer(
         strategy=p.strategy,
         precision="bf16-mixed" if cuda and t.dtype == "bfloat16" else "32-true",
         logger=loggers,
-        callbacks=[cb],
+        callbacks=[cb, StageBar(f"stage {plan.name}")] if progress else [cb],
         plugins=plugins,
         enable_checkpointing=False,
         default_root_dir=out,
@@ -497,9 +527,11 @@ def run_plan(
     internal = data.internal_tokens()[: cfg.train.eval_tokens]
     module = PretrainModule(cfg, plan, data.vocab_size, internal)
     _load_init(module, plan, data, cmd)
-    before = (
-        codebase_nll(module.model, internal, min(plan.seq_len, 512))["nll"] if start == 0 else None
-    )  # (unknown on resume)
+    beat = lambda what: heartbeat(f"stage {plan.name}: {what}") if progress else contextlib.nullcontext()
+    with beat("the internal-codebase NLL before training"):
+        before = (
+            codebase_nll(module.model, internal, min(plan.seq_len, 512))["nll"] if start == 0 else None
+        )  # (unknown on resume)
     t = cfg.train
     if plan.sft:
         stream = TranscriptStream(
@@ -545,28 +577,31 @@ def run_plan(
     trainer.validate(module, dataloaders=val_loader(), verbose=False)
     metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")})
     tokens = trainer.global_step * plan.batch_size * plan.seq_len
-    save_checkpoint(
-        out / "final.pt",
-        module.model,
-        cfg,
-        step=trainer.global_step,
-        data_key=data.manifest["key"],
-        stage=plan.name,
-        tokens=tokens,
-    )
+    seconds = time.time() - t0
+    with beat("the final checkpoint and the in-context copying measurement"):
+        save_checkpoint(
+            out / "final.pt",
+            module.model,
+            cfg,
+            step=trainer.global_step,
+            data_key=data.manifest["key"],
+            stage=plan.name,
+            tokens=tokens,
+        )
+        copy = copy_nll(module.model, data.vocab_size)
     done = dict(
         stage=plan.name,
         steps=trainer.global_step,
         planned_steps=plan.steps,
         stopped_early=trainer.global_step < plan.steps,
         tokens=tokens,
-        seconds=time.time() - t0,
+        seconds=seconds,
         resumed_from=start,
         initial_internal_nll=before,
         internal_nll=metrics.get("val/internal_nll"),
         val_loss=metrics.get("val/loss"),
         mtp_agreement=metrics.get("val/mtp_agreement"),
-        copy=copy_nll(module.model, data.vocab_size),
+        copy=copy,
         params=module.model.param_counts(),
         checkpoint=str(out / "final.pt"),
         device=str(module.device),

@@ -4,10 +4,10 @@
 
 # %% ../../nbs/85_driver.ipynb #15c003
 from __future__ import annotations
-import csv, dataclasses, io, json, math, os, random, signal, sys, threading, time
+import contextlib, csv, dataclasses, io, json, math, os, random, signal, sys, threading, time
 from pathlib import Path
 import numpy as np, torch
-from ..core import C2Error, Preempted, atomic_write, read_jsonl
+from ..core import C2Error, Preempted, atomic_write, heartbeat, read_jsonl
 from ..config import Config, to_yaml
 from .sync import Reconciler, publishable
 from .objectives import best_of_k_curve
@@ -494,16 +494,20 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
     open_run(out)
     if (out / "done.json").exists():
         return {**json.loads((out / "done.json").read_text()), "skipped": True}
-    run = _prepare_run(cfg, out)
+    beat = lambda what: heartbeat(f"rl {r.mode}: {what}") if progress else contextlib.nullcontext()  # the silent waits
+    with beat("the run to be prepared (data, initial weights, prompt pool)"):
+        run = _prepare_run(cfg, out)
     start, pool, model_cfg = run["start"], run["pool"], run["model_cfg"]
     preempted = threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGUSR2):
             signal.signal(sig, lambda *_: preempted.set())
-    started = _ray_init(cfg)
+    with beat("Ray to start"):
+        started = _ray_init(cfg)
     workers, bar = [], None
     try:
-        rec, trainer, workers, evaluator = _start_actors(cfg, run)
+        with beat("the Ray actors to start (trainer, rollout workers, evaluator)"):
+            rec, trainer, workers, evaluator = _start_actors(cfg, run)
         log, evals = (
             _Log(out / "metrics.csv", out / "tb"),
             _Evals(evaluator, out, [t.id for t in run["eval_tasks"]], r.eval_k),
@@ -521,11 +525,13 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
                 evals.submit(step, trainer.weights.remote())
             evals.collect()
             t_wait = time.perf_counter()
-            while (groups := _ray_get(rec.batch.remote(step))) is None:
-                done, _ = ray.wait(runs, timeout=POLL_S)
-                if done:
-                    _ray_get(done[0])
-                    raise RuntimeError("a rollout worker stopped unexpectedly")
+            first = beat(f"the first step's rollouts (step {step})") if step == start else contextlib.nullcontext()
+            with first:  # the bar moves from the second step on
+                while (groups := _ray_get(rec.batch.remote(step))) is None:
+                    done, _ = ray.wait(runs, timeout=POLL_S)
+                    if done:
+                        _ray_get(done[0])
+                        raise RuntimeError("a rollout worker stopped unexpectedly")
             wait_s = time.perf_counter() - t_wait
             m_ref, d_ref = trainer.step.options(num_returns=2).remote(groups, step)
             m = _ray_get(m_ref)
@@ -582,7 +588,8 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
             _ray_get(run_ref)
         t_final = time.perf_counter()
         evals.submit(r.steps, trainer.weights.remote(), helpers=workers)  # the workers are idle now: they share it
-        evals.collect(wait=True)
+        with beat("the final held-out evaluation"):
+            evals.collect(wait=True)
         final_wait_s = time.perf_counter() - t_final
         from composer2.model.checkpoint import save_checkpoint
 
