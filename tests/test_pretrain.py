@@ -169,5 +169,26 @@ def test_every_stage_through_the_cli(smoke_data, tmp_path):
     done = {p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "smoke").glob("*/done.json")}
     assert set(done) == {"base", "cpt-small", "cpt-medium", "cpt-large", "mtp", "long", "sft"}
     assert [done[f"cpt-{lv}"]["steps"] for lv in ("small", "medium", "large")] == [1, 3, 10]
-    assert done["long"]["tokens"] == 2 * 1 * 4 * 64 and done["sft"]["mtp_agreement"] is not None  # seq x4, batch /4
+    assert done["long"]["tokens"] == 2 * 1 * 16 * 64 and done["sft"]["mtp_agreement"] is not None  # seq x16, batch /16
     assert "already complete" in c2("pretrain", "--stage", "base", *common).stdout
+
+
+def test_smoke_prompts_fit_their_windows(smoke_data):
+    """At smoke scale the rendered first turn (system prompt + task, ~255 tokens of the 1024-token smoke vocabulary) fits
+    the rollout context and the SFT window, and every SFT transcript fits its window whole: with the window at 256 (the
+    long-context factor 4 of the larger scales) each lost its prompt, the stream keeping a transcript's end."""
+    from composer2.agent.protocol import Transcript, make_system_prompt
+    from composer2.config import load_config, rl_context
+    from composer2.data.corpus import open_data
+    from composer2.pretrain.stages import sft_examples, stage_plan
+    from composer2.tasks.suites import load_suite
+
+    cfg = load_config("smoke", overrides=[f"data.dir={smoke_data}"])
+    data, window = open_data(cfg), stage_plan(cfg, "sft").seq_len
+    tasks = load_suite(cfg, "train", n=8) + load_suite(cfg, "eval", n=8)
+    first = [
+        len(Transcript().add("system", make_system_prompt()).add("user", t.prompt).render(data, True)[0]) for t in tasks
+    ]
+    assert 200 < max(first) < min(window, rl_context(cfg)), (first, window, rl_context(cfg))
+    lengths = [len(ids) for ids, _ in sft_examples(data, cfg=cfg)]
+    assert max(lengths) <= window + 1, (max(lengths), window)  # a row holds seq_len + 1 tokens (inputs and targets)
