@@ -45,7 +45,7 @@ def sync_checks():
         record(name, ok, t0, r.stdout + r.stderr + ("\nuncommitted or changed:\n" + after if after else ""))
 
 
-FORMATTED = ["nbs", "tests", "kernels", "studies/*.ipynb", "tools"]   # composer2/ is exported from nbs/
+FORMATTED = ["nbs", "tests", "kernels", "studies/*.ipynb", "tools"]  # composer2/ is exported from nbs/
 
 
 def format_check():

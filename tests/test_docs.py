@@ -204,9 +204,11 @@ def relative_links(site: Path) -> list:
         parser.feed(page.read_text(errors="replace"))
         for link in parser.links:
             link = re.split(r"[#?]", link)[0]
-            if not link or re.match(r"^[a-zA-Z][\w+.-]*:", link) or link.startswith("//"): continue
+            if not link or re.match(r"^[a-zA-Z][\w+.-]*:", link) or link.startswith("//"):
+                continue
             target = (site / link.lstrip("/")) if link.startswith("/") else (page.parent / link)
-            if not target.exists(): bad.append((str(page.relative_to(site)), link))
+            if not target.exists():
+                bad.append((str(page.relative_to(site)), link))
     return bad
 
 
