@@ -6,9 +6,29 @@ import json, re
 import pytest
 from conftest import c2, one_line_error
 from composer2.config import load_config
-from composer2.studies.registry import STUDIES
+from composer2.studies.registry import STUDIES, VERDICTS
 
 CLAIM_KEYS = {"id", "statement", "measured", "threshold", "holds"}
+
+
+def report_verdicts(out, ids, figure_px=1000):
+    """The results of a study's run in `out` and its verdicts on the report's claims, by id: exactly `ids`, in order,
+    each with the report's statement, our counterpart and a reason, one of the four statuses, and reproduced or partly
+    only with the interval it was judged on. Its figures fit the page's width (~860 px shown): PNGs at most
+    `figure_px` wide."""
+    from PIL import Image
+
+    res = json.loads((out / "results.json").read_text())
+    assert res["status"] == "ok", res
+    assert [v["id"] for v in res["verdicts"]] == ids, res["verdicts"]
+    for v in res["verdicts"]:
+        assert v["status"] in VERDICTS and v["report"] and v["ours"] and v["reason"], v
+        if v["status"] in ("reproduced", "partly"):
+            assert v["lo"] is not None and v["hi"] is not None and v["lo"] <= v["hi"], v
+    pngs = [f for f in res["figures"] if f.endswith(".png")]
+    assert pngs and all(Image.open(out / f).size[0] <= figure_px for f in pngs), pngs
+    assert all((out / f).with_suffix(".svg").is_file() for f in pngs), pngs
+    return res, {v["id"]: v for v in res["verdicts"]}
 
 
 @pytest.fixture(scope="module")
@@ -41,63 +61,87 @@ def test_list():
 
 
 def test_cpt_loss_results(smoke):
+    """Three log-spaced compute levels from one base; the verdicts on the levels' order (paired over held-out windows),
+    the fall and its log-linearity (a hinge fit's change of slope) carry their intervals; R^2 is a supporting check."""
     out = smoke[0] / "cpt_loss" / "smoke"
-    res = json.loads((out / "results.json").read_text())
-    assert res["status"] == "ok", res
+    res, verdicts = report_verdicts(out, ["cpt_levels_ordered", "cpt_loss_falls", "cpt_loss_log_linear"])
     m = res["metrics"]
     assert set(m["runs"]) == {"base", "cpt-small", "cpt-medium", "cpt-large"}
     toks = [m["runs"][f"cpt-{lv}"]["tokens"] for lv in ("small", "medium", "large")]
     assert toks[0] < toks[1] < toks[2] and abs(toks[2] / toks[0] - 10) < 0.5  # log-spaced compute levels
-    assert 0 <= m["fit"]["r2"] <= 1 and len(m["trajectory"]) >= 3
-    assert {c["id"] for c in res["claims"]} == {"cpt_levels_ordered", "cpt_loss_decreasing", "cpt_loss_log_linear"}
+    # an evaluation after step s counts s + 1 steps: the final one appears once, at the run's tokens
+    traj = [p["tokens"] for p in m["trajectory"]]
+    assert len(traj) >= 4 and traj == sorted(set(traj)) and traj[-1] == toks[2]
+    assert set(m["trajectories"]) == {"cpt-small", "cpt-medium", "cpt-large"} and m["hinge"]["n"] == len(traj)
+    assert set(m["gaps"]) == {"small-medium", "medium-large"} and m["level_tokens"] <= res["params"]["level_tokens"]
+    assert len({g["n"] for g in m["gaps"].values()}) == 1  # every level scored on the same windows
+    assert 0 <= m["fit"]["r2"] <= 1 and m["fit"]["interval"]["lo"] <= m["fit"]["slope"] <= m["fit"]["interval"]["hi"]
+    assert {c["id"] for c in res["claims"]} == {"levels_log_spaced", "cpt_loss_log_linear_r2"}
     assert all(CLAIM_KEYS <= c.keys() and isinstance(c["holds"], bool) for c in res["claims"])
     assert (out / "cpt_loss.png").stat().st_size > 10_000 and "<svg" in (out / "cpt_loss.svg").read_text()
 
 
 def test_kl_estimators_results(smoke):
     out = smoke[0] / "kl_estimators" / "smoke"
-    res = json.loads((out / "results.json").read_text())
+    ids = ["k1_unbiased", "k3_unbiased", "k2_biased", "k3_low_variance_close", "k3_variance_explodes", "k2_no_blowup"]
+    res, verdicts = report_verdicts(out, ids)
     assert res["study"] == "kl_estimators" and res["scale"] == "smoke" and res["status"] == "ok"
     assert res["params"]["n_points"] >= 5 and res["versions"]["numpy"] and res["device"] and res["wall_time_s"] > 0
     pts = res["metrics"]["points"]
-    assert all({"kl_true", "estimator", "mean", "bias", "var"} <= p.keys() for p in pts)
+    keys = {"kl_true", "estimator", "mean", "bias", "var", "var_ci", "var_exact", "se_exact", "ratio_k1", "ratio_k3"}
+    assert all(keys <= p.keys() for p in pts)
     kls = sorted({p["kl_true"] for p in pts})
     assert kls[0] <= 0.01 + 1e-12 and kls[-1] >= 10 - 1e-9
     ratios = [b / a for a, b in zip(kls, kls[1:])]
     assert max(ratios) / min(ratios) < 1.0001  # log-spaced
     assert {p["estimator"] for p in pts} == {"k1", "k2", "k3"} and res["metrics"]["categorical_points"]
-    ids = {c["id"] for c in res["claims"]}
-    assert {"k1_unbiased", "k3_unbiased", "k2_biased", "k3_variance_explodes", "k3_variance_lower_small_kl"} <= ids
-    for c in res["claims"]:
-        assert CLAIM_KEYS <= c.keys() and isinstance(c["holds"], bool)
-        assert c["holds"], c  # the estimators' textbook behaviour shows even at smoke scale
+    # the estimators' textbook behaviour shows even at smoke scale, where the sample can resolve it
+    for i in ["k1_unbiased", "k3_unbiased", "k2_biased", "k3_low_variance_close"]:
+        assert verdicts[i]["status"] == "reproduced", verdicts[i]
+    # k3's sampled variance at the largest KL: its bootstrap interval misses the exact variance (the heavy tail), and
+    # the results say by how much
+    tail = res["metrics"]["heavy_tail"]
+    assert tail["var_ci"][1] < tail["var_exact"] and tail["decades_missed"] > 1
+    claims = {c["id"]: c for c in res["claims"]}
+    assert set(claims) == {"sampler_matches_exact", "k3_variance_explodes_lm", "k3_variance_lower_small_kl_lm"}
+    assert all(CLAIM_KEYS <= c.keys() and isinstance(c["holds"], bool) for c in claims.values())
+    assert claims["sampler_matches_exact"]["holds"], claims  # the sampled means agree with the exact ones
     for f in ["fig_gaussian", "fig_categorical"]:
         assert (out / f"{f}.png").stat().st_size > 10_000 and "<svg" in (out / f"{f}.svg").read_text()
     nb = json.loads((out / "kl_estimators.ipynb").read_text())
     assert any("injected-parameters" in c["metadata"].get("tags", []) for c in nb["cells"])
     assert sum(bool(c.get("outputs")) for c in nb["cells"] if c["cell_type"] == "code") >= 4
-    assert "done; 7 of 7 claims hold" in (out / "kl_estimators.log").read_text()
+    assert re.search(r"done; \d of 3 claims hold", (out / "kl_estimators.log").read_text())
     assert not (out / "checkpoint.json").exists()
 
 
 def test_length_penalty_results(smoke):
     out = smoke[0] / "length_penalty" / "smoke"
-    res = json.loads((out / "results.json").read_text())
-    assert res["status"] == "ok" and {c["id"] for c in res["claims"]} >= {
-        "penalty_increasing_concave",
-        "linear_starves_hard",
-    }
+    ids = ["penalty_increasing_concave", "marginal_cost_falls", "penalty_teaches_efficiency"]
+    res, verdicts = report_verdicts(out, ids)
+    # exact computations on a grid: judged on the value itself (lo = hi); the RL claim has no run here
+    shape = verdicts["penalty_increasing_concave"]
+    assert shape["status"] == "reproduced" and shape["lo"] == shape["hi"] == 0
+    assert verdicts["marginal_cost_falls"]["status"] == "reproduced"
+    assert verdicts["penalty_teaches_efficiency"]["status"] == "untestable_here"
+    assert {c["id"] for c in res["claims"]} == {"concave_cheap_on_easy", "concave_serves_hard", "linear_starves_hard"}
     assert all(c["holds"] for c in res["claims"]), res["claims"]
-    assert (
-        any(c["linear"] for c in res["metrics"]["curves"]) and len(res["metrics"]["tasks"]) == res["params"]["n_tasks"]
-    )
+    m = res["metrics"]
+    assert any(c["linear"] for c in m["curves"]) and len(m["tasks"]) == res["params"]["n_tasks"]
     assert {"fig_curves.png", "fig_curves.svg", "fig_example.png", "fig_example.svg"} <= {p.name for p in out.iterdir()}
 
 
 def test_c2bench_results(smoke):
     out = smoke[0] / "c2bench" / "smoke"
-    res = json.loads((out / "results.json").read_text())
-    assert res["status"] == "ok" and all(c["holds"] for c in res["claims"]), res["claims"]
+    ids = ["fig7_changes_large", "fig7_prompts_terse", "fig7_underspecified", "cursorbench_real_sessions"]
+    res, verdicts = report_verdicts(out, ids)
+    # Figure 7's contrast judged on the shipped v2 tier: the medians' intervals from a bootstrap over units
+    f7 = res["metrics"]["fig7"]
+    for key in ("lines_changed", "prompt_chars"):
+        i = f7[key]
+        assert f7["tier"] == "v2" and i["units"] >= 15 and i["lo"] <= i["median"] <= i["hi"], f7
+    assert {verdicts[i]["status"] for i in ids[2:]} == {"untestable_here"}
+    assert all(c["holds"] for c in res["claims"]), res["claims"]
     assert {c["id"] for c in res["claims"]} >= {
         "c2bench_size",
         "prompts_terse",
@@ -109,9 +153,8 @@ def test_c2bench_results(smoke):
     assert (
         m["revalidation"]["n"] == res["params"]["n_revalidate"] == m["revalidation"]["ok"] and m["rebuild"]["identical"]
     )
-    assert {"fig_stats.png", "fig_stats.svg", "fig_outcomes.png", "fig_outcomes.svg", "fig_v2.png"} <= {
-        p.name for p in out.iterdir()
-    }
+    names = {p.name for p in out.iterdir()}
+    assert {"fig_stats.png", "fig_stats.svg", "fig_outcomes.png", "fig_outcomes.svg", "fig_v2.png"} <= names
     # v2: the oracle solved and the random policy failed the sampled tasks through the real tools, judge and sandbox
     v2 = m["v2"]
     assert {"v2_changes_large", "v2_multi_file", "v2_oracle_solves", "v2_random_fails", "v2_regenerates"} <= {
@@ -126,6 +169,9 @@ def test_c2bench_results(smoke):
         and v2["policies"]["oracle"] == 1
         and v2["stats"]["lines_changed"]["median"] >= 30
     )
+    # fig_v2's categories: every v2 task under its category and kind
+    assert sum(r["tasks"] for r in v2["by_category_kind"]) == v2["stats"]["n_tasks"]
+    assert {r["category"] for r in v2["by_category_kind"]} == set(v2["stats"]["by_category"])
 
 
 BROWSER_PROBE = """<!doctype html><html><body><iframe id="f" src="index.html" style="width:1200px;height:900px"></iframe>
@@ -454,15 +500,21 @@ def test_submit_local_sweep_and_status(tmp_path):
 
 
 def test_mxfp8_parity_results(smoke):
-    "Both arms start from one init on the same batches (equal first-step loss), train the configured steps, and the claims hold."
-    res = json.loads((smoke[0] / "mxfp8_parity" / "smoke" / "results.json").read_text())
-    assert res["status"] == "ok", res
+    """Both arms start from one init on the same batches (equal first-step loss) and train the configured steps; the
+    loss parity verdict carries its interval over windows, NVFP4's per-token scales make its forward batch-invariant
+    bit for bit, and the kernel speed-ups are untestable on CPUs."""
+    out = smoke[0] / "mxfp8_parity" / "smoke"
+    res, verdicts = report_verdicts(out, ["mxfp8_loss_matches", "nvfp4_batch_invariant", "mxfp8_speed"])
     m = res["metrics"]
     steps = load_config("smoke", overrides=res["params"]["config"]).train.steps
     assert set(m["losses"]) == {"loop", "mxfp8"} and all(len(l) == steps for l in m["losses"].values())
     assert (
         abs(m["losses"]["loop"][0] - m["losses"]["mxfp8"][0]) < 1e-2
     )  # same init, same batch: only MXFP8 rounding differs
+    assert m["gap"]["n"] == steps // res["params"]["window"] == len(m["signed_gap"])
+    assert verdicts["mxfp8_loss_matches"]["status"] == "reproduced", verdicts
+    assert verdicts["nvfp4_batch_invariant"]["status"] == "reproduced" and max(m["batch_invariance"]["nvfp4"]) == 0
+    assert verdicts["mxfp8_speed"]["status"] == "untestable_here"
     assert {c["id"]: c["holds"] for c in res["claims"]} == {
         "mxfp8_tracks_reference": True,
         "both_learn": True,
@@ -473,22 +525,25 @@ def test_mxfp8_parity_results(smoke):
 
 def test_mtp_speculation_results(smoke):
     """Both MTP arms come from one mid-cpt checkpoint (same trunk: same internal NLL), every prompt is measured for both
-    arms and both samplers, and greedy speculative decoding is exact (the MTP-quality claims need the cpu scale)."""
-    res = json.loads((smoke[0] / "mtp_speculation" / "smoke" / "results.json").read_text())
-    assert res["status"] == "ok", res
+    arms and both samplers, greedy speculative decoding is exact, and sampled speculative decoding is checked against
+    the exact two-token distribution on >= 20k rows (the MTP-quality verdicts need the cpu scale)."""
+    out = smoke[0] / "mtp_speculation" / "smoke"
+    res, verdicts = report_verdicts(out, ["distill_accepts_more", "speculation_faster"])
     m, p = res["metrics"], res["params"]
     assert m["stages"]["mtp-distill"]["internal_nll"] == m["stages"]["mtp-hard"]["internal_nll"]  # the trunk is frozen
     assert len(m["per_prompt"]) == 2 * 2 * p["n_prompts"] and set(m["arms"]) == {"distill", "hard"}
     assert all(1 <= t <= 1 + load_config("smoke").model.mtp_depth for t in m["tokens_per_forward"].values())
     claims = {c["id"]: c for c in res["claims"]}
+    checks = {"distill_more_tokens_per_forward", "greedy_exact", "sampling_exact", "sampling_check_covers"}
+    assert set(claims) == checks | {"plain_sampling_exact"}
     assert claims["greedy_exact"]["holds"] and claims["greedy_exact"]["measured"] == 1.0
-    assert set(claims) == {
-        "distill_accepts_more",
-        "distill_more_tokens_per_forward",
-        "greedy_exact",
-        "sampling_keeps_distribution",
-        "speculation_faster",
-    }
+    tv = m["tv"]  # the prompt is picked from the model alone: the most covered of those not nearly certain
+    assert tv["rows"] >= 20_000 and abs(sum(tv["p_cells"]) - 1) < 1e-6 and len(tv["screened"]) == p["n_prompts"]
+    assert sum(tv["plain"]["counts"]) == sum(tv["speculative"]["counts"]) == tv["rows"]
+    assert tv["speculative"]["drafted"] > tv["speculative"]["accepted"] > 0  # both the accept and the reject path
+    assert claims["sampling_exact"]["holds"] and claims["plain_sampling_exact"]["holds"], claims
+    sp = m["speed"]
+    assert len(sp["per_prompt_s"]["plain"]) == len(sp["per_prompt_s"]["speculative"]) == p["n_prompts"]
 
 
 def test_grpo_variants_results(smoke):
