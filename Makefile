@@ -95,3 +95,11 @@ docs: setup
 docs-serve: docs
 	@echo "docs: http://127.0.0.1:$(DOCS_PORT)/"
 	$(BIN)/python -m http.server --bind 127.0.0.1 --directory _docs $(DOCS_PORT)
+
+# One command on a machine with one CUDA GPU (<= 10 minutes): the Triton kernels built for it and bit-exact against
+# their references, MXFP8/NVFP4 grouped GEMM and the MoE layer against BF16, gpu-scale pretraining (tokens/s, MFU), MTP
+# speculative decoding, one RL step; results in kernels/results/ (kernels/gpu_check.py). Without CUDA, or with DRY=1, a
+# dry run that reaches every step and reports the GPU parts as skipped, with the reason.
+.PHONY: gpu-check
+gpu-check: setup
+	$(BIN)/python kernels/gpu_check.py $(if $(DRY),--dry)

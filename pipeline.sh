@@ -14,6 +14,9 @@ SCALE=${SCALE:-cpu}
 EXECUTOR=${EXECUTOR:-local}
 RUNS=${RUNS:-runs/pipeline/$SCALE}
 C2=${C2:-$PWD/.venv/bin/c2}
+# the local cluster's config when none is set (`make slurm-up`), found as c2 finds it
+conf=${C2_SLURM_DIR:-/var/tmp/c2-slurm}/etc/slurm.conf
+if [ -z "${SLURM_CONF:-}" ] && [ -f "$conf" ]; then export SLURM_CONF=$conf; fi
 cfg=(--scale "$SCALE" "pretrain.runs=$RUNS/pretrain" "rl.runs=$RUNS/rl" pretrain.mtp_from=small "$@")
 mkdir -p "$RUNS"
 prev=""

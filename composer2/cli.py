@@ -130,6 +130,8 @@ def cmd_train(a):
 
     cfg = _cfg(a)
     res = train(cfg, out=a.out)
+    if res.get("rank"):  # another rank of a data-parallel run: rank 0 says it
+        return
     if res.get("skipped"):
         print(
             f"already trained: {res['checkpoint']} ({res['steps']} steps; delete {Path(res['checkpoint']).parent} to train again)"
@@ -184,6 +186,8 @@ def cmd_pretrain(a):
     levels = LEVELS if a.stage == "cpt" and a.level == "all" else [a.level]
     for lv in levels:
         r = run_stage(cfg, a.stage, lv)
+        if r.get("rank"):  # another rank of a data-parallel run: rank 0 says it
+            continue
         if r.get("skipped"):
             print(f"stage {r['stage']} is already complete (delete its directory to rerun)")
         f = lambda v: "n/a" if v is None else f"{v:.3f}"
@@ -551,6 +555,12 @@ def parser() -> argparse.ArgumentParser:
 _ENV_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}  # the machine's doing, not a bug
 
 # %% ../nbs/99_cli.ipynb #23c008-21
+def _secondary_process() -> bool:
+    "A process of a multi-process run that is not its first (an srun task after the first, a rank Lightning started)."
+    e = os.environ
+    return ("SLURM_STEP_ID" in e and e.get("SLURM_PROCID", "0") != "0") or e.get("LOCAL_RANK", "0") != "0"
+
+
 def main(argv=None):
     "Entry point of the `c2` console script."
     ap = parser()
@@ -564,10 +574,15 @@ def main(argv=None):
     try:
         a.fn(a)
     except Preempted as e:  # a checkpoint was saved: the same command resumes (75: EX_TEMPFAIL, Slurm requeues on it)
+        if _secondary_process():  # the first process says it, with status 75 (srun's status is its tasks' highest)
+            sys.exit(0)
         print(f"c2: {e}", file=sys.stderr)
         sys.exit(75)
     except C2Error as e:
-        print(f"c2: error: {e}", file=sys.stderr)
+        if _secondary_process():  # every rank of a data-parallel run meets the same error: the first says it, and
+            time.sleep(2)  # this one waits for that (srun --kill-on-bad-exit ends every task when one exits)
+        else:
+            print(f"c2: error: {e}", file=sys.stderr)
         sys.exit(2)
     except StudyFailed as e:  # the study ran and failed: its log and partial notebook say why
         print(f"c2: {e}", file=sys.stderr)

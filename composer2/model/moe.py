@@ -332,16 +332,20 @@ def training_loss(
     mask: torch.Tensor | None = None,
     with_mtp: bool = True,
     out: ModelOutput | None = None,
+    denoms: torch.Tensor | None = None,
 ) -> dict:
     """x, y [B, T] (y = x shifted by one); mask [B, T] weights the positions that count (default: all). The vocabulary
     heads, main and MTP, run only where the mask is not 0 (`logits_at`). `with_mtp=False` skips the MTP modules; `out`
-    reuses a forward already done with `logits_at=mask != 0` (e.g. under no_grad for a frozen trunk). Returns the loss
-    and its parts."""
+    reuses a forward already done with `logits_at=mask != 0` (e.g. under no_grad for a frozen trunk). `denoms` [1 + mtp
+    depth] replaces the denominators of the weighted means (main head, then MTP depth k; default: this batch's weight
+    sums, at least 1): data-parallel ranks pass the global batch's sums over the number of ranks, so that the gradients
+    they average are the global batch's (`composer2.pretrain.stages.loss_denominators`). Returns the loss and its parts."""
     c = model.cfg
     m = torch.ones_like(y, dtype=torch.float32) if mask is None else mask.float()
     at = m != 0
     out = model(x, logits_at=at) if out is None else out  # logits [N, V]: the N positions of `at`, row-major
-    avg = lambda t, w: (t * w).sum() / w.sum().clamp_min(1)
+    den = lambda k, w: w.sum().clamp_min(1) if denoms is None else denoms[k]
+    avg = lambda t, w, k=0: (t * w).sum() / den(k, w)
     lm = avg(F.cross_entropy(out.logits.float(), y[at], reduction="none"), m[at])
     parts = dict(lm=lm, aux=out.aux_loss * c.aux_loss_coef)
     col = at.nonzero()[:, 1]  # the position of each row of out.logits
@@ -354,7 +358,7 @@ def training_loss(
             per = (logp.exp() * (logp - logq)).sum(-1)
         else:
             per = -logq.gather(-1, y[:, k:][ak][:, None]).squeeze(-1)
-        mtp_losses.append(avg(per, m[:, k:][ak]))
+        mtp_losses.append(avg(per, m[:, k:][ak], k))
     parts["mtp"] = torch.stack(mtp_losses).mean() if mtp_losses else torch.zeros((), device=x.device)
     parts["loss"] = parts["lm"] + parts["aux"] + c.mtp_loss_coef * parts["mtp"]
     return parts

@@ -4,10 +4,10 @@
 
 # %% ../../nbs/70_pretrain.ipynb #07c003
 from __future__ import annotations
-import ast, contextlib, copy, dataclasses, json, os, signal, subprocess, time, warnings
+import ast, contextlib, copy, dataclasses, hashlib, json, os, signal, subprocess, sys, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
-import numpy as np, torch
+import numpy as np, torch, torch.distributed as dist
 import lightning as L
 from lightning.pytorch.callbacks import Callback, RichProgressBar
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -30,8 +30,9 @@ from composer2.model.checkpoint import (
 
 # %% auto #0
 __all__ = ['PEAK_BF16_FLOPS', 'StagePlan', 'stage_plan', 'WindowStream', 'TranscriptStream', 'render_transcript', 'sft_examples',
-           'mix_oracle', 'flops_per_token', 'peak_flops', 'PretrainModule', 'AtomicCheckpointIO', 'StageCallback',
-           'read_losses', 'StageBar', 'quiet_lightning', 'run_plan', 'run_stage', 'run_pipeline', 'train']
+           'mix_oracle', 'flops_per_token', 'peak_flops', 'dist_info', 'all_sum', 'all_gather', 'rows_digest',
+           'loss_denominators', 'PretrainModule', 'AtomicCheckpointIO', 'StageCallback', 'read_losses', 'read_rows',
+           'StageBar', 'quiet_lightning', 'run_plan', 'run_stage', 'run_pipeline', 'train']
 
 # %% ../../nbs/70_pretrain.ipynb #07c006-1
 @dataclass
@@ -118,26 +119,44 @@ def stage_plan(cfg: Config, stage: str, level: str | None = None) -> StagePlan:
 
 # %% ../../nbs/70_pretrain.ipynb #07c009
 class WindowStream(torch.utils.data.IterableDataset):
-    "Endless batches; batch s depends only on (seed, s), so a resumed run sees the same data from step s on."
+    """Endless batches; the global batch of step s depends only on (seed, s), so a resumed run sees the same data from
+    step s on. Of `world` data-parallel ranks, rank `rank` gets its slice: `rows()` of the `batch_size` global rows."""
 
     def __init__(
-        self, sources: list[np.ndarray], weights: list[float], batch_size: int, seq_len: int, seed: int, start: int = 0
+        self,
+        sources: list[np.ndarray],
+        weights: list[float],
+        batch_size: int,
+        seq_len: int,
+        seed: int,
+        start: int = 0,
+        rank: int = 0,
+        world: int = 1,
     ):
+        if batch_size % world:
+            raise C2Error(f"a batch of {batch_size} rows does not split over {world} ranks: use a multiple of {world}")
         self.sources = [s for s in sources]
         self.weights = torch.tensor(weights, dtype=torch.float64)
         self.batch_size, self.seq_len, self.seed, self.start = batch_size, seq_len, seed, start
+        self.rank, self.world = rank, world
+
+    def rows(self) -> range:
+        "The rows of the global batch this rank trains on: rank * b to (rank + 1) * b, b = batch_size / world."
+        b = self.batch_size // self.world
+        return range(self.rank * b, (self.rank + 1) * b)
 
     def batch_at(self, step: int):
-        "(x, y, mask) of global step `step`."
+        "(x, y, mask) of global step `step`: this rank's rows of it."
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
         which = torch.multinomial(self.weights, self.batch_size, replacement=True, generator=g).tolist()
-        rows = []
-        for w in which:
+        mine, rows = self.rows(), []
+        for r, w in enumerate(which):  # every row's draws, in order: the global batch is the same for any world
             src = self.sources[w]
             o = int(torch.randint(0, len(src) - self.seq_len - 1, (1,), generator=g))
-            rows.append(torch.from_numpy(src[o : o + self.seq_len + 1].astype(np.int64)))
+            if r in mine:
+                rows.append(torch.from_numpy(src[o : o + self.seq_len + 1].astype(np.int64)))
         b = torch.stack(rows)
-        return b[:, :-1], b[:, 1:], torch.ones(self.batch_size, self.seq_len)
+        return b[:, :-1], b[:, 1:], torch.ones(len(rows), self.seq_len)
 
     def __iter__(self):
         s = self.start
@@ -149,7 +168,8 @@ class WindowStream(torch.utils.data.IterableDataset):
 class TranscriptStream(WindowStream):
     """Endless batches of SFT transcripts (padded), with the loss mask on the assistant's tokens. With `code` tokens and
     `mix` > 0, each row is instead a window of `code` with probability `mix` (loss on every token, weighted so the row
-    weighs as much as an average transcript row): pretraining data in the mix keeps what pretraining learned."""
+    weighs as much as an average transcript row): pretraining data in the mix keeps what pretraining learned. Sharded
+    over `world` ranks as `WindowStream` is."""
 
     def __init__(
         self,
@@ -160,19 +180,32 @@ class TranscriptStream(WindowStream):
         start=0,
         code: np.ndarray | None = None,
         mix: float = 0.0,
+        rank: int = 0,
+        world: int = 1,
     ):
-        super().__init__([], [1.0], batch_size, seq_len, seed, start)
-        self.examples, self.code, self.mix = examples, code, mix if code is not None else 0.0
-        mean_loss_tokens = np.mean([min(sum(mk), seq_len) for _, mk in examples]) if examples else 1.0
-        self.code_weight = float(mean_loss_tokens) / seq_len
+        super().__init__([], [1.0], batch_size, seq_len, seed, start, rank, world)
+        self.code, self.mix = code, mix if code is not None else 0.0
+        self.set_examples(examples)
+
+    def set_examples(self, examples: list[tuple[list[int], list[int]]]):
+        "Train on `examples` (every rank on rank 0's: `StageCallback.setup`); code rows weigh their mean loss tokens."
+        self.examples = examples
+        mean_loss_tokens = np.mean([min(sum(mk), self.seq_len) for _, mk in examples]) if examples else 1.0
+        self.code_weight = float(mean_loss_tokens) / self.seq_len
 
     def batch_at(self, step: int):
+        "(x, y, mask) of global step `step`: this rank's rows of it."
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
-        x = torch.full((self.batch_size, self.seq_len + 1), PAD_ID, dtype=torch.long)
-        m = torch.zeros(self.batch_size, self.seq_len + 1)
+        mine = self.rows()
+        x = torch.full((len(mine), self.seq_len + 1), PAD_ID, dtype=torch.long)
+        m = torch.zeros(len(mine), self.seq_len + 1)
         for r, i in enumerate(torch.randint(0, len(self.examples), (self.batch_size,), generator=g).tolist()):
-            if self.mix > 0 and float(torch.rand((), generator=g)) < self.mix:  # a pretraining window instead
-                o = int(torch.randint(0, len(self.code) - self.seq_len - 1, (1,), generator=g))
+            code_row = self.mix > 0 and float(torch.rand((), generator=g)) < self.mix  # a pretraining window instead
+            o = int(torch.randint(0, len(self.code) - self.seq_len - 1, (1,), generator=g)) if code_row else 0
+            if r not in mine:  # another rank's row: its draws are made, its tokens are not
+                continue
+            r -= mine.start
+            if code_row:
                 x[r] = torch.from_numpy(self.code[o : o + self.seq_len + 1].astype(np.int64))
                 m[r] = self.code_weight
                 continue
@@ -272,6 +305,67 @@ def peak_flops(device: torch.device) -> float | None:
     name = torch.cuda.get_device_name(device)
     return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
 
+# %% ../../nbs/70_pretrain.ipynb #07c014-2a
+def dist_info() -> tuple[int, int]:
+    "(rank, number of ranks) of the default process group; (0, 1) without one."
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def all_sum(t: torch.Tensor) -> torch.Tensor:
+    "`t` summed over the ranks of the default process group: a new tensor without gradient (`t`'s copy with one rank)."
+    t = t.detach().clone()
+    if dist_info()[1] > 1:
+        dist.all_reduce(t)
+    return t
+
+
+def all_gather(t: torch.Tensor) -> torch.Tensor:
+    "`t` of every rank of the default process group, stacked by rank: [ranks, *t.shape] (`t[None]` with one rank)."
+    t = t.detach()
+    world = dist_info()[1]
+    if world == 1:
+        return t[None].clone()
+    out = [torch.empty_like(t) for _ in range(world)]
+    dist.all_gather(out, t.contiguous())
+    return torch.stack(out)
+
+
+def rows_digest(x: torch.Tensor) -> str:
+    "A 48-bit digest of a batch's token rows (12 hex digits): `losses.jsonl` records each rank's, step by step."
+    return hashlib.blake2b(x.detach().cpu().numpy().tobytes(), digest_size=6).hexdigest()
+
+
+def loss_denominators(mask: torch.Tensor, depth: int) -> torch.Tensor | None:
+    """The `denoms` of `composer2.model.moe.training_loss` for N data-parallel ranks: the loss weights of the main head
+    and of MTP depths 1..`depth`, summed over every rank's rows (at least 1), over N. Each rank's loss is then N times
+    its share of the global batch's weighted mean, and the gradients DDP averages are the global batch's; a rank's own
+    mean would weigh its tokens by how few its rows hold (SFT masks differ from row to row). None with one rank."""
+    world = dist_info()[1]
+    if world == 1:
+        return None
+    w = torch.stack([mask[:, k:].float().sum() for k in range(depth + 1)])
+    return all_sum(w).clamp_min(1) / world
+
+
+def _full_model(module) -> MoETransformer | None:
+    """The module's model with every weight in one place: itself, or under FSDP a plain copy gathered from the shards
+    (a collective: every rank calls it; ranks other than 0 get None)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    m = module.model
+    if not isinstance(m, FSDPModule):
+        return m
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    sd = get_model_state_dict(m, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist_info()[0] != 0:
+        return None
+    full = MoETransformer(m.cfg)
+    full.load_state_dict(sd)
+    return full
+
 # %% ../../nbs/70_pretrain.ipynb #07c014-3
 class PretrainModule(L.LightningModule):
     "One stage of pretraining around a `MoETransformer`."
@@ -305,18 +399,24 @@ class PretrainModule(L.LightningModule):
 
     def training_step(self, batch, idx):
         x, y, m = batch
+        world = dist_info()[1]
+        den = loss_denominators(m, self.model.cfg.mtp_depth)  # None with one rank
         if self.plan.train_trunk:
-            parts = training_loss(self.model, x, y, m, with_mtp=self.plan.train_mtp)
+            parts = training_loss(self.model, x, y, m, with_mtp=self.plan.train_mtp, denoms=den)
         else:  # frozen trunk: only the MTP modules learn, from the detached trunk
             with torch.no_grad():
                 out = self.model(x, logits_at=m != 0)  # the positions training_loss reads
-            parts = training_loss(self.model, x, y, m, out=out)
+            parts = training_loss(self.model, x, y, m, out=out, denoms=den)
             parts["loss"] = parts["mtp"]
-        log = dict(loss=parts["loss"], lm=parts["lm"], mtp=parts["mtp"])
-        self.log_dict({f"train/{k}": v for k, v in log.items()}, prog_bar=False)
-        self.log("loss", parts["loss"], prog_bar=True, logger=False)
-        self._throughput(x.numel())
-        self.losses.append((self.global_step + 1, float(parts["loss"].detach())))
+        # the global batch's values (the mean of the ranks' shares times the number of ranks) and each rank's rows
+        mine = torch.stack([parts["loss"], parts["lm"], parts["mtp"]]).detach().double()
+        mine = torch.cat([mine, mine.new_tensor([int(rows_digest(x), 16)])])
+        every = all_gather(mine)
+        loss, lm, mtp = every[:, :3].mean(0).tolist()
+        self.log_dict({"train/loss": loss, "train/lm": lm, "train/mtp": mtp}, prog_bar=False)
+        self.log("loss", loss, prog_bar=True, logger=False)
+        self._throughput(x.numel() * world)
+        self.losses.append((self.global_step + 1, loss, [f"{int(d):012x}" for d in every[:, 3].tolist()]))
         return parts["loss"]
 
     def _throughput(self, n):
@@ -328,7 +428,7 @@ class PretrainModule(L.LightningModule):
         if self.global_step % self.cfg.pretrain.log_every == 0 and now > self._t:
             tps = self._tokens / (now - self._t)
             self.log("train/tokens_per_s", tps, prog_bar=True)
-            peak = peak_flops(self.device)
+            peak = peak_flops(self.device) and peak_flops(self.device) * dist_info()[1]  # tokens/s are every rank's
             if peak:
                 self.log("train/mfu", tps * flops_per_token(self.model, self.plan.seq_len) / peak, prog_bar=True)
             self._t, self._tokens = now, 0
@@ -352,20 +452,38 @@ class PretrainModule(L.LightningModule):
 
     def optimizer_step(self, *args, **kwargs):
         super().optimizer_step(*args, **kwargs)
+        moes = self.model.moe_layers
+        if moes and dist_info()[1] > 1:  # every rank balances on the global batch's expert loads: equal biases
+            loads = all_sum(torch.stack([moe.load for moe in moes]))
+            for moe, load in zip(moes, loads):
+                moe.load.copy_(load)
         self.model.update_router_biases()  # inside the step, so every checkpoint holds the updated biases
+
+    def configure_model(self):
+        "Under `pretrain.strategy=fsdp`: FSDP2 `fully_shard` of each block, each MTP module and the rest."
+        from torch.distributed.fsdp import FSDPModule, fully_shard
+
+        if self.cfg.pretrain.strategy != "fsdp" or isinstance(self.model, FSDPModule):  # (validate after fit: done)
+            return
+
+        mesh = self.device_mesh["data_parallel"]
+        for mod in [*self.model.blocks, *self.model.mtp]:
+            fully_shard(mod, mesh=mesh)
+        fully_shard(self.model, mesh=mesh)
 
     def validation_step(self, batch, idx):
         x, y, _ = batch
         out = self.model(x)
         loss = torch.nn.functional.cross_entropy(out.logits.float().flatten(0, 1), y.flatten())
-        self.log("val/loss", loss)
+        self.log("val/loss", loss, sync_dist=True)  # each rank's mean over its rows, averaged
         if self.model.mtp:  # acceptance proxy: MTP-1's argmax at i vs the main head's at i+1 (both predict t[i+2])
             mtp1 = self.model.mtp_logits(out.hidden, x)[0]
             agree = (mtp1[:, :-1].argmax(-1) == out.logits[:, 1 : mtp1.shape[1]].argmax(-1)).float().mean()
-            self.log("val/mtp_agreement", agree)
+            self.log("val/mtp_agreement", agree, sync_dist=True)
 
     def on_validation_epoch_end(self):
-        self.log("val/internal_nll", codebase_nll(self.model, self.internal, min(self.plan.seq_len, 512))["nll"])
+        nll = codebase_nll(self.model, self.internal, min(self.plan.seq_len, 512))["nll"]  # every rank the same
+        self.log("val/internal_nll", nll, sync_dist=True)
 
 # %% ../../nbs/70_pretrain.ipynb #07c016
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -378,10 +496,18 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 # %% ../../nbs/70_pretrain.ipynb #07c016-1
 class StageCallback(Callback):
-    "Resumable checkpoints every `every` steps, the mid-stage cut, preemption, and the loss record."
+    """Resumable checkpoints every `every` steps, the mid-stage cut, preemption, and the loss record, written by rank 0;
+    with several ranks, every rank trains on rank 0's SFT examples (`stream`), and all stop when any is signalled."""
 
-    def __init__(self, out: Path, plan: StagePlan, every: int, data_key: str):
+    def __init__(self, out: Path, plan: StagePlan, every: int, data_key: str, stream: WindowStream | None = None):
         self.out, self.plan, self.every, self.data_key, self.preempted = out, plan, every, data_key, False
+        self.stream = stream
+
+    def setup(self, trainer, pl_module, stage):
+        if stage == "fit" and trainer.world_size > 1 and isinstance(self.stream, TranscriptStream):
+            self.stream.set_examples(
+                trainer.strategy.broadcast(self.stream.examples if trainer.is_global_zero else None)
+            )
 
     def on_train_start(self, trainer, pl_module):
         pl_module.losses = []
@@ -389,20 +515,20 @@ class StageCallback(Callback):
             signal.signal(sig, lambda *_: setattr(self, "preempted", True))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        s = trainer.global_step
-        with open(self.out / "losses.jsonl", "a") as f:  # exact floats, for resume checks
-            for step, loss in pl_module.losses:
-                f.write(json.dumps(dict(step=step, loss=float(loss).hex())) + "\n")
+        s, lead = trainer.global_step, trainer.is_global_zero
+        if lead:
+            with open(self.out / "losses.jsonl", "a") as f:  # exact floats, for resume checks
+                for step, loss, rows in pl_module.losses:  # exact losses, and the digest of each rank's rows
+                    f.write(json.dumps(dict(step=step, loss=float(loss).hex(), rows=rows)) + "\n")
         pl_module.losses.clear()
         if self.plan.mid_checkpoint and s == self.plan.steps // 2:
-            save_checkpoint(
-                self.out / "mid.pt",
-                pl_module.model,
-                pl_module.cfg,
-                step=s,
-                stage=self.plan.name,
-                data_key=self.data_key,
-            )
+            model = _full_model(pl_module)  # (every rank: under FSDP a collective)
+            if lead:
+                save_checkpoint(
+                    self.out / "mid.pt", model, pl_module.cfg, step=s, stage=self.plan.name, data_key=self.data_key
+                )
+        if trainer.world_size > 1:  # a signal may reach one rank only: all stop at this step, after one checkpoint
+            self.preempted = bool(all_sum(torch.tensor(float(self.preempted), device=pl_module.device)) > 0)
         if s % self.every == 0 or self.preempted:
             trainer.save_checkpoint(self.out / "last.ckpt", weights_only=False)  # optimizer and loops: exact resume
         if self.preempted:
@@ -410,13 +536,26 @@ class StageCallback(Callback):
 
 # %% ../../nbs/70_pretrain.ipynb #07c016-2
 def read_losses(out: Path) -> dict[int, float]:
-    "The per-step training loss of a stage (the last record of each step wins: reruns after a kill overwrite)."
+    """The per-step training loss of a stage (the last record of each step wins: reruns after a kill overwrite). Each
+    record also holds `rows`, the `rows_digest` of the rows each rank trained on (`read_rows`)."""
     rec = {}
     p = Path(out) / "losses.jsonl"
     if p.exists():
         for line in p.read_text().splitlines():
             r = json.loads(line)
             rec[r["step"]] = float.fromhex(r["loss"])
+    return rec
+
+
+def read_rows(out: Path) -> dict[int, list[str]]:
+    "The `rows_digest` of the rows each rank trained on, by step (records written before there were none are left out)."
+    rec = {}
+    p = Path(out) / "losses.jsonl"
+    if p.exists():
+        for line in p.read_text().splitlines():
+            r = json.loads(line)
+            if "rows" in r:
+                rec[r["step"]] = r["rows"]
     return rec
 
 # %% ../../nbs/70_pretrain.ipynb #07c018
@@ -468,24 +607,99 @@ def quiet_lightning(single_process: bool = True):
         warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
 
 
+def _cluster_environment(p) -> object | None:
+    """Who starts the ranks: srun (one task per device: `--ntasks-per-node`; Lightning's `SLURMEnvironment`), else
+    Lightning itself (its `LightningEnvironment` launches the devices of one node, or joins `MASTER_ADDR` as
+    `NODE_RANK`); torchrun is left to Lightning's detection. Launches Lightning cannot use are one-line errors."""
+    from lightning.pytorch.plugins.environments import LightningEnvironment, SLURMEnvironment
+
+    e = os.environ
+    if "TORCHELASTIC_RUN_ID" in e:
+        return None
+    tasks = int(e.get("SLURM_NTASKS", "1")) if "SLURM_STEP_ID" in e else 1  # srun's tasks (a batch script has no step)
+    if tasks > 1:
+        per_node, nodes = e.get("SLURM_NTASKS_PER_NODE"), int(e.get("SLURM_NNODES", "1"))
+        if per_node is None:
+            raise C2Error(
+                f"srun --ntasks={tasks} does not say how many tasks run on each node, which Lightning needs: use "
+                f"`srun --ntasks-per-node={tasks} c2 pretrain ... pretrain.devices={tasks}` (several nodes: "
+                f"`srun --nodes=K --ntasks-per-node=D` with pretrain.num_nodes=K pretrain.devices=D)"
+            )
+        if (int(per_node), nodes) != (p.devices, p.num_nodes):
+            raise C2Error(
+                f"srun started {per_node} task(s) on each of {nodes} node(s), but pretrain.devices={p.devices} "
+                f"pretrain.num_nodes={p.num_nodes}: set pretrain.devices={per_node} pretrain.num_nodes={nodes}"
+            )
+        return SLURMEnvironment(auto_requeue=False)  # our callback saves; we requeue after exit
+    if p.num_nodes > 1 and "MASTER_ADDR" not in e:
+        raise C2Error(
+            f"pretrain.num_nodes={p.num_nodes} needs every node started: `srun --nodes={p.num_nodes} "
+            f"--ntasks-per-node={p.devices} c2 pretrain ...` (slurm/pretrain.sbatch), or on each node "
+            f"MASTER_ADDR=<node 0> MASTER_PORT=<port> NODE_RANK=<i> c2 pretrain ..."
+        )
+    if "SLURM_JOB_ID" in e and p.devices * p.num_nodes == 1:
+        return SLURMEnvironment(auto_requeue=False)
+    return LightningEnvironment()
+
+
+def _strategy(p):
+    "Lightning's strategy for `pretrain.strategy`: fsdp is FSDP2 (`ModelParallelStrategy`, data-parallel), CPU too."
+    if p.strategy != "fsdp":
+        return p.strategy
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    n = p.devices * p.num_nodes
+    return ModelParallelStrategy(data_parallel_size=n, tensor_parallel_size=1, save_distributed_checkpoint=False)
+
+
+def _meet(trainer: L.Trainer):
+    """Ranks started all at once (srun, torchrun) wait here for rank 0, which has checked the stage directory (it may
+    move a stale run aside): they join the process group now, before Lightning would. The ranks Lightning starts itself
+    start later, in `fit`, so rank 0 goes on alone."""
+    from lightning.fabric.utilities.distributed import _init_dist_connection
+    from lightning.pytorch.plugins.environments import LightningEnvironment
+
+    if trainer.world_size == 1:
+        return
+    if not dist.is_initialized():
+        env = trainer.strategy.cluster_environment
+        if isinstance(env, LightningEnvironment):
+            return
+        dev = trainer.strategy.root_device
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        _init_dist_connection(
+            env, "nccl" if dev.type == "cuda" else "gloo", **({"device_id": dev} if dev.type == "cuda" else {})
+        )
+    dist.barrier()
+
+
+def _die_with_launcher():
+    "A rank Lightning's launcher started (LOCAL_RANK > 0) dies with it: a SIGKILLed rank 0 leaves none in a collective."
+    if os.environ.get("LOCAL_RANK", "0") == "0" or "TORCHELASTIC_RUN_ID" in os.environ or sys.platform != "linux":
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the launcher is already gone
+        os._exit(1)
+
+
 def _trainer(
     cfg: Config, out: Path, plan: StagePlan, cb: StageCallback, progress: bool, minutes: float = 0.0
 ) -> L.Trainer:
     p, t = cfg.pretrain, cfg.train
     cuda = torch.cuda.is_available() and t.device != "cpu"
-    quiet_lightning(p.devices == 1 and p.num_nodes == 1)
-    plugins = [AtomicCheckpointIO()]
-    if "SLURM_JOB_ID" in os.environ:
-        from lightning.pytorch.plugins.environments import SLURMEnvironment
-
-        plugins.append(SLURMEnvironment(auto_requeue=False))  # our callback saves; we requeue after exit
+    quiet_lightning(p.num_nodes == 1)  # one node: Lightning starts its ranks itself, srun is not needed
+    env = _cluster_environment(p)
+    plugins = [AtomicCheckpointIO()] + ([env] if env else [])
     loggers = [CSVLogger(out, name="logs"), TensorBoardLogger(out, name="tb")]
     return L.Trainer(
         max_steps=plan.steps,
         accelerator="gpu" if cuda else "cpu",
         devices=p.devices,
         num_nodes=p.num_nodes,
-        strategy=p.strategy,
+        strategy=_strategy(p),
         precision="bf16-mixed" if cuda and t.dtype == "bfloat16" else "32-true",
         logger=loggers,
         callbacks=[cb, StageBar(f"stage {plan.name}")] if progress else [cb],
@@ -496,6 +710,7 @@ def _trainer(
         check_val_every_n_epoch=None,
         limit_val_batches=4,
         num_sanity_val_steps=0,
+        use_distributed_sampler=False,  # run_plan splits the validation rows between the ranks itself
         gradient_clip_val=t.grad_clip or None,
         log_every_n_steps=p.log_every,
         enable_model_summary=False,
@@ -511,13 +726,27 @@ def run_plan(
     stops when that much time is up, and its summary says so: `stopped_early` (the schedule, sized to `plan.steps`,
     never finished decaying, and the result depends on the machine's speed). A run in `out` trained at other code than
     the library's now is trained again, unless `C2_REUSE_STALE=1` (`composer2.runs.open_run` records the code)."""
-    open_run(out)
+    cb = StageCallback(out, plan, cfg.pretrain.ckpt_every, "")
+    trainer = _trainer(cfg, out, plan, cb, progress, minutes)  # first: it knows this process's rank among how many
+    rank, world = trainer.global_rank, trainer.world_size
+    if plan.batch_size % world:
+        raise C2Error(
+            f"stage {plan.name}'s batch of {plan.batch_size} rows does not split over {world} ranks "
+            f"(pretrain.devices x pretrain.num_nodes): make train.batch_size a multiple of {world}"
+            + (" x pretrain.long_seq_factor" if plan.batch_size != cfg.train.batch_size else "")
+        )
+    lead = rank == 0
+    _die_with_launcher()
+    if lead:
+        open_run(out)
+    _meet(trainer)  # ranks started all at once wait for rank 0 to have checked the directory
     if (out / "done.json").exists():
-        return {**json.loads((out / "done.json").read_text()), "skipped": True}
+        return {**json.loads((out / "done.json").read_text()), "skipped": True, "rank": rank}
     data = data or open_data(cfg)
     cmd = f"c2 pretrain --scale {cfg.scale}"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(to_yaml(cfg))
+    if lead:
+        (out / "config.yaml").write_text(to_yaml(cfg))
     ckpt = out / "last.ckpt"
     if ckpt.exists():
         start = read_torch(ckpt, hint="delete it to restart the stage").get("global_step", 0)
@@ -527,20 +756,22 @@ def run_plan(
     internal = data.internal_tokens()[: cfg.train.eval_tokens]
     module = PretrainModule(cfg, plan, data.vocab_size, internal)
     _load_init(module, plan, data, cmd)
-    beat = lambda what: heartbeat(f"stage {plan.name}: {what}") if progress else contextlib.nullcontext()
+    beat = lambda what: heartbeat(f"stage {plan.name}: {what}") if progress and lead else contextlib.nullcontext()
     with beat("the internal-codebase NLL before training"):
         before = (
-            codebase_nll(module.model, internal, min(plan.seq_len, 512))["nll"] if start == 0 else None
+            codebase_nll(module.model, internal, min(plan.seq_len, 512))["nll"] if start == 0 and lead else None
         )  # (unknown on resume)
     t = cfg.train
     if plan.sft:
         stream = TranscriptStream(
-            sft_examples(data, cfg=cfg),
+            sft_examples(data, cfg=cfg) if lead else [],  # the other ranks get rank 0's (StageCallback.setup)
             plan.batch_size,
             plan.seq_len,
             t.seed,
             code=data.tokens("code_train"),
             mix=cfg.pretrain.sft_pretrain_mix,
+            rank=rank,
+            world=world,
         )
     else:
         stream = WindowStream(
@@ -549,16 +780,18 @@ def run_plan(
             plan.batch_size,
             plan.seq_len,
             t.seed,
+            rank=rank,
+            world=world,
         )
     val = torch.from_numpy(data.tokens("code_val").astype(np.int64))
-    n_val = max(1, min(4 * plan.batch_size, (len(val) - 1) // plan.seq_len))
+    n_val = max(world, min(4 * plan.batch_size, (len(val) - 1) // plan.seq_len) // world * world)
     vx, vy = val[: n_val * plan.seq_len].view(n_val, -1), val[1 : n_val * plan.seq_len + 1].view(n_val, -1)
+    vx, vy = vx[rank::world], vy[rank::world]  # this rank's share of the rows (the ranks' means are averaged)
     val_loader = lambda: torch.utils.data.DataLoader(
-        torch.utils.data.TensorDataset(vx, vy, torch.ones(vx.shape)), batch_size=plan.batch_size
+        torch.utils.data.TensorDataset(vx, vy, torch.ones(vx.shape)), batch_size=plan.batch_size // world
     )
     stream.start = start  # the data stream restarts exactly at the restored step
-    cb = StageCallback(out, plan, cfg.pretrain.ckpt_every, data.manifest["key"])
-    trainer = _trainer(cfg, out, plan, cb, progress, minutes)
+    cb.data_key, cb.stream = data.manifest["key"], stream
     t0 = time.time()
     trainer.fit(
         module,
@@ -568,7 +801,7 @@ def run_plan(
         weights_only=False,
     )  # our own checkpoints
     if cb.preempted:
-        if "SLURM_JOB_ID" in os.environ:
+        if "SLURM_JOB_ID" in os.environ and lead:
             subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]], check=False)
         raise Preempted(
             f"stage {plan.name} preempted at step {trainer.global_step}: checkpoint saved; rerun the same command to resume"
@@ -579,16 +812,18 @@ def run_plan(
     tokens = trainer.global_step * plan.batch_size * plan.seq_len
     seconds = time.time() - t0
     with beat("the final checkpoint and the in-context copying measurement"):
-        save_checkpoint(
-            out / "final.pt",
-            module.model,
-            cfg,
-            step=trainer.global_step,
-            data_key=data.manifest["key"],
-            stage=plan.name,
-            tokens=tokens,
-        )
-        copy = copy_nll(module.model, data.vocab_size)
+        model = _full_model(module)  # (every rank: under FSDP a collective; rank 0 gets the model)
+        if lead:
+            save_checkpoint(
+                out / "final.pt",
+                model,
+                cfg,
+                step=trainer.global_step,
+                data_key=data.manifest["key"],
+                stage=plan.name,
+                tokens=tokens,
+            )
+        copy = copy_nll(model, data.vocab_size) if lead else None
     done = dict(
         stage=plan.name,
         steps=trainer.global_step,
@@ -605,9 +840,12 @@ def run_plan(
         params=module.model.param_counts(),
         checkpoint=str(out / "final.pt"),
         device=str(module.device),
+        ranks=world,
     )
-    atomic_write(out / "done.json", json.dumps(done, indent=1))
-    return done
+    if lead:
+        atomic_write(out / "done.json", json.dumps(done, indent=1))
+    done = trainer.strategy.broadcast(done)  # rank 0's summary on every rank, once final.pt and done.json are written
+    return {**done, "rank": rank}
 
 # %% ../../nbs/70_pretrain.ipynb #07c018-3
 def run_stage(
