@@ -81,10 +81,15 @@ def test_edited_code_retrains_and_marks_results_stale(smoke_data, tmp_path):
     res = {"study": "cpt_loss", "scale": "smoke", "status": "ok", "claims": [], "training": [{"run": "r", **first}]}
     (results / "cpt_loss" / "smoke").mkdir(parents=True)
     (results / "cpt_loss" / "smoke" / "results.json").write_text(json.dumps(res))
-    assert stale_training(res) == [] and "| smoke | 0 of 0 | unknown |" in build_index(results).read_text()
+    assert (
+        stale_training(res) == []
+        and "| smoke | no verdicts recorded | 0 of 0 | unknown |" in build_index(results).read_text()
+    )
     r = run_edited(root, "-c", INDEX, str(results))
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "| smoke | 0 of 0 | unknown (stale, trained at other code: 1 run) |" in r.stdout, r.stdout
+    assert "| smoke | no verdicts recorded | 0 of 0 | unknown (stale, trained at other code: 1 run) |" in r.stdout, (
+        r.stdout
+    )
 
     # back at the first code: the stage was trained at the edited code, and is reused only on request, saying so
     r = c2(*stage(runs, smoke_data), "--reuse-stale")
