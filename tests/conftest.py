@@ -44,8 +44,10 @@ def c2(*args, env=None, timeout=600):
 def one_line_error(r, *fragments):
     "Assert a user mistake's outcome: exit status 2 and one line `c2: error: ...` holding every fragment."
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    # a run that fails part way has already drawn its progress bar ("rl async:  25%|..."): every other line is the error
-    lines = [l for l in r.stderr.strip().splitlines() if l.strip() and not re.match(r"^[^|]*\d+%\|", l)]
+    # a run that fails part way has already drawn its progress bar ("rl async:  25%|...") or a heartbeat of a silent wait
+    # ("waiting for rl async: Ray to start: 10s"): every other line is the error
+    progress = r"^[^|]*\d+%\||^waiting for .*: \d+s$"
+    lines = [l for l in r.stderr.strip().splitlines() if l.strip() and not re.match(progress, l)]
     assert len(lines) == 1 and lines[0].startswith("c2: error: ") and "Traceback" not in r.stderr, r.stderr
     for f in fragments:
         assert f in lines[0], (f, lines[0])

@@ -213,7 +213,9 @@ def test_index(smoke):
     assert len(results) == len(STUDIES) and all(r["status"] == "ok" for r in results)  # one run per registered study
     for res in results:  # the summary row counts the claims that hold as results.json records them
         n, n_hold = len(res["claims"]), sum(c["holds"] for c in res["claims"])
-        assert f"| [{res['study']}](#{res['study']}-smoke) |" in md and f"| smoke | {n_hold} of {n} |" in md
+        kinds = [(sum(v["status"] == k for v in res["verdicts"]), k.replace("_", " ")) for k in VERDICTS]
+        said = ", ".join(f"{c} {k}" for c, k in kinds if c) or "no verdicts recorded"
+        assert f"| [{res['study']}](#{res['study']}-smoke) |" in md and f"| smoke | {said} | {n_hold} of {n} |" in md
         for c in res["claims"]:
             assert re.search(rf"\| \*\*{c['id']}\*\*: .* \| {'holds' if c['holds'] else 'does not hold'} \|", md), c[
                 "id"

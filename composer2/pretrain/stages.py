@@ -435,10 +435,14 @@ class PretrainModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint):
         # nothing in a step draws from these today (batches come from their own seeded generators), but a resumed
-        # run must not depend on that staying true
+        # run must not depend on that staying true. Tensors and plain types only: a weights-only load reads them
+        # (Lightning's FSDP strategy resumes that way)
+        name, keys, pos, has_gauss, gauss = np.random.get_state()
         checkpoint["rng"] = dict(
             torch=torch.get_rng_state(),
-            numpy=np.random.get_state(),
+            numpy=dict(
+                name=name, keys=torch.from_numpy(keys.astype(np.int64)), pos=pos, has_gauss=has_gauss, gauss=gauss
+            ),
             cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         )
 
@@ -446,7 +450,10 @@ class PretrainModule(L.LightningModule):
         rng = checkpoint.get("rng")
         if rng:
             torch.set_rng_state(rng["torch"])
-            np.random.set_state(rng["numpy"])
+            st = rng["numpy"]  # (a tuple in checkpoints written before it was a dict)
+            if isinstance(st, dict):
+                st = (st["name"], st["keys"].numpy().astype(np.uint32), st["pos"], st["has_gauss"], st["gauss"])
+            np.random.set_state(st)
             if rng["cuda"] is not None and torch.cuda.is_available():
                 torch.cuda.set_rng_state_all(rng["cuda"])
 
