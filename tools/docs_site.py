@@ -45,6 +45,7 @@ GUIDES = [
     "rl",
     "studies",
     "slurm",
+    "scale-out",
     "development",
     "architecture",
     "benchmarks",
