@@ -243,12 +243,21 @@ def _ray_get(ref):
         raise
 
 # %% ../../nbs/85_driver.ipynb #15c031-3
-def _ray_init(cfg: Config) -> bool:
-    "Connect to `rl.address` or start a local Ray; True when we started it (and must shut it down)."
+_RAY = {}  # what this process's own Ray connection was asked for: rl.address, or a local instance's CPU count
+
+
+def _ray_init(cfg: Config):
+    """Connect to `rl.address` or start a local Ray instance, once per process: a later run in the same process (a
+    study's arms, a notebook's examples) reuses it when it asks for the same (Ray's exit hook stops it with the
+    process), and one asking for another address or CPU count restarts it. A Ray someone else initialised is used as
+    it is. Starting Ray and its workers is most of a short run's time (~10-30 s of a smoke run's ~40 s)."""
     import logging, ray
 
+    want = cfg.rl.address or f"local with {cfg.rl.num_cpus} CPUs"
     if ray.is_initialized():
-        return False
+        if _RAY.get("want") in (None, want):
+            return
+        ray.shutdown()
     logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)  # no "install ipywidgets" note in a notebook
     kw = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     # on a loaded machine the raylet's agents can take longer than its default 30 s to come up
@@ -276,7 +285,8 @@ def _ray_init(cfg: Config) -> bool:
                 ray.init(
                     address="local", num_cpus=cfg.rl.num_cpus, **kw
                 )  # a new instance, even if `ray start` left one
-            return True
+            _RAY["want"] = want
+            return
         except Exception as e:
             ray.shutdown()
             if cfg.rl.address or attempt == 2 or "timed out during startup" not in str(e):
@@ -503,11 +513,12 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
         for sig in (signal.SIGTERM, signal.SIGUSR2):
             signal.signal(sig, lambda *_: preempted.set())
     with beat("Ray to start"):
-        started = _ray_init(cfg)
-    workers, bar = [], None
+        _ray_init(cfg)
+    workers, actors, bar = [], [], None
     try:
         with beat("the Ray actors to start (trainer, rollout workers, evaluator)"):
             rec, trainer, workers, evaluator = _start_actors(cfg, run)
+        actors = [rec, trainer, *workers, evaluator]
         log, evals = (
             _Log(out / "metrics.csv", out / "tb"),
             _Evals(evaluator, out, [t.id for t in run["eval_tasks"]], r.eval_k),
@@ -618,5 +629,8 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
                 w.stop.remote()
             except Exception:
                 pass
-        if started:
-            ray.shutdown()
+        for a in actors:  # their CPUs free at once for the next run in this process (Ray itself stays up)
+            try:
+                ray.kill(a)
+            except Exception:
+                pass
