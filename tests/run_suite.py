@@ -1,4 +1,5 @@
-"""`make test`: the notebook-sync check, nbdev_test over nbs/, pytest over tests/, one summary line at the end.
+"""`make test`: the notebook-sync and format checks, then pytest over tests/ and nbdev_test over nbs/ side by side, one
+summary line at the end.
 
 Extra nbdev flags (e.g. slow, gpu) come from $C2_TEST_FLAGS; extra pytest arguments from $PYTEST_ADDOPTS. Cells that need
 bubblewrap (`#| bwrap`) run where `bwrap` is installed, and always under CI=true, where a missing bubblewrap then fails
@@ -65,42 +66,52 @@ def notebook(nb):
     if flags:
         cmd += ["--flags", " ".join(flags)]
     r = run(cmd)
-    return f"notebook {nb.name}", r.returncode == 0, t0, r.stdout + r.stderr
+    return f"notebook {nb.name}", r.returncode == 0, t0, r.stdout + r.stderr, time.time() - t0
+
+
+def pytest_cmd(junit):
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "tests",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--durations=15",
+        f"--junitxml={junit}",
+    ]
 
 
 def main():
     start = time.time()
     sync_checks()
     format_check()
-    nbs = sorted((ROOT / "nbs").glob("*.ipynb"))
-    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as ex:
-        for name, ok, t0, out in ex.map(notebook, nbs):
-            record(name, ok, t0, out)
-    t0 = time.time()
+    # pytest and the notebooks side by side: pytest's waits (Ray and Slurm starting, jobs queued, subprocesses
+    # importing) leave a core idle much of the time, and the notebooks fill it. pytest prints as it goes; the notebooks'
+    # lines come as a block once they are all done (their output would cut pytest's progress line)
     junit = ROOT / ".pytest-report.xml"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "tests",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--durations=15",
-            f"--junitxml={junit}",
-        ],
-        cwd=ROOT,
-    )
+    tests = subprocess.Popen(pytest_cmd(junit), cwd=ROOT)
+    nbs = sorted((ROOT / "nbs").glob("*.ipynb"))
+    with ThreadPoolExecutor(max_workers=1) as ex:
+        done = list(ex.map(notebook, nbs))
+    nb_s = time.time() - start
+    rc = tests.wait()
+    print(f"\nnotebooks (alongside pytest, {nb_s:.0f}s):", flush=True)
+    for name, ok, t0, out, secs in done:
+        results.append((name, ok, secs))
+        print(f"{'PASS' if ok else 'FAIL'}  {name}  ({secs:.1f}s)", flush=True)
+        if not ok:
+            print(out.rstrip()[-6000:], flush=True)
     n_pass = n_fail = n_skip = 0
     if junit.exists():
         xml = junit.read_text()
         m = re.search(r'<testsuite [^>]*?errors="(\d+)" failures="(\d+)" skipped="(\d+)" tests="(\d+)"', xml)
         if m:
-            err, fail, skip, tests = map(int, m.groups())
-            n_fail, n_skip, n_pass = err + fail, skip, tests - err - fail - skip
+            err, fail, skip, tests_n = map(int, m.groups())
+            n_fail, n_skip, n_pass = err + fail, skip, tests_n - err - fail - skip
         junit.unlink()
-    if r.returncode not in (0, 5) and n_fail == 0:
+    if rc not in (0, 5) and n_fail == 0:
         n_fail = 1  # pytest itself broke (collection, usage)
     passed = sum(ok for _, ok, _ in results) + n_pass
     failed = sum(not ok for _, ok, _ in results) + n_fail

@@ -56,7 +56,7 @@ def smoke(tmp_path_factory):
     d = tmp_path_factory.mktemp("smoke")
     env = {"C2_RESULTS": str(d / "results"), "C2_JOBS": str(d / "jobs")}
     r = c2(
-        "reproduce", "--scale", "smoke", env=env, timeout=1800
+        "reproduce", "--scale", "smoke", env=env, timeout=3600
     )  # every study, five of them RL pipelines (~6 min alone)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "reproduce (smoke, local): 0 failed" in r.stdout
