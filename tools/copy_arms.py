@@ -26,10 +26,8 @@ ARMS = {
     "span-masked-1e-3": dict(kind="span", share=0.5, lr=1e-3),
     "inserted": dict(kind="inserted", share=0.5, lr=5e-4),  # a code row with a span of itself copied further on
     "inserted-weighted": dict(kind="inserted", share=0.5, lr=5e-4, weight=4.0),
-    "dense": dict(kind="dense", share=0.5, lr=5e-4),
-    "span-pure": dict(
-        kind="span", share=1.0, lr=5e-4
-    ),  # copy rows only: does the circuit form at all at this shape?  # many short random spans, each repeated soon after
+    "dense": dict(kind="dense", share=0.5, lr=5e-4),  # many short random spans, each repeated soon after
+    "span-pure": dict(kind="span", share=1.0, lr=5e-4),  # copy rows only: does the circuit form at this shape at all?
     "self-copy": dict(kind="self", share=0.5, lr=5e-4),  # a code window followed by itself
 }
 
