@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
     from composer2.core import heartbeat
 
     with heartbeat(f"{nb.name}'s tests", file=sys.stdout):
-        name, ok, started, out = run_suite.notebook(nb)
+        name, ok, started, out, _ = run_suite.notebook(nb)
     run_suite.record(name, ok, started, out)
     return 0 if ok else 1
 
