@@ -6,7 +6,6 @@ bubblewrap (`#| bwrap`) run where `bwrap` is installed, and always under CI=true
 them instead of passing silently."""
 
 import os, re, shutil, subprocess, sys, time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,8 +92,7 @@ def main():
     junit = ROOT / ".pytest-report.xml"
     tests = subprocess.Popen(pytest_cmd(junit), cwd=ROOT)
     nbs = sorted((ROOT / "nbs").glob("*.ipynb"))
-    with ThreadPoolExecutor(max_workers=1) as ex:
-        done = list(ex.map(notebook, nbs))
+    done = [notebook(nb) for nb in nbs]  # one at a time: pytest holds the other core
     nb_s = time.time() - start
     rc = tests.wait()
     print(f"\nnotebooks (alongside pytest, {nb_s:.0f}s):", flush=True)
