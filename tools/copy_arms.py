@@ -18,7 +18,7 @@ from composer2.model.checkpoint import build_model, copy_nll
 from composer2.model.moe import training_loss
 from composer2.data.corpus import SPECIAL_TOKENS
 
-# arm: rows of copies (kind, share of rows), weight of copy targets, learning rate, bias update rate
+# arm: rows of copies (kind, share of rows), weight of copy targets, learning rate
 ARMS = {
     "code": dict(kind=None, share=0.0, lr=3e-3),  # today's base recipe: code only (the control)
     "code-5e-4": dict(kind=None, share=0.0, lr=5e-4),
