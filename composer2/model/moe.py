@@ -133,7 +133,8 @@ class MoE(nn.Module):
         "x [N, d] -> (y [N, d], Routing)."
         c = self.cfg
         r = self.route(x, replay)
-        # a decode step's few tokens in float32 without gradients: the native kernel, where the backend is exact (not MX / NVFP4)
+        # a decode step's few tokens in float32 without gradients: the native kernel, where the backend is exact (not MX
+        # / NVFP4)
         y = moe_experts(x, r.idx, r.weights, self.w_in, self.w_out) if c.expert_backend in EXACT_BACKENDS else None
         if y is None:
             y = self._grouped(x, r)

@@ -48,7 +48,8 @@ class TrainerImpl:
 
         self.cfg, self.dev = cfg, pick_device(cfg.train.device)
         self.model = build_policy(model_cfg, init_state, cfg).to(self.dev)
-        # the initial policy: the KL term's reference when rl.kl_coef > 0, else only the kl_init diagnostic's (on metric_rows segments)
+        # the initial policy: the KL term's reference when rl.kl_coef > 0, else only the kl_init diagnostic's (on
+        # metric_rows segments)
         self.ref = build_policy(model_cfg, init_state, cfg).to(self.dev).requires_grad_(False)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.rl.lr)
         if resume is not None:

@@ -183,8 +183,10 @@ def _forward_at(model, x, v, rep, at, capture: bool, share: bool):
     sets that do the same after it (`SharedPrefix`). Even a stretch of one position is worth its own forward here: on
     a best_of_k step the full tree took 5.0 s against 5.4 s when stretches under 16 positions were padded instead."""
     if not share or capture or x.shape[0] < 2:
-        # collate pads on the right, so causal attention alone keeps every real token from seeing padding: without `valid`
-        # the forward takes SDPA's causal kernel, which skips the blocks above the diagonal, instead of a [B, 1, T, T] mask
+        # collate pads on the right, so causal attention alone keeps every real token from seeing padding: without
+        # `valid`
+        # the forward takes SDPA's causal kernel, which skips the blocks above the diagonal, instead of a [B, 1, T, T]
+        # mask
         right = bool((v == (torch.arange(v.shape[1], device=v.device) < v.sum(1, keepdim=True))).all())
         return model(x, valid=None if right else v, replay=rep, capture=capture, logits_at=at)
     T, keys, logits = x.shape[1], [], []

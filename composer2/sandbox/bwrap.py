@@ -80,7 +80,8 @@ OUTPUT_KILL_BYTES = 64 << 20  # per stream: past this, the command is killed (ki
 STDIN_PIPE_BYTES = 1 << 16  # stdin up to this size goes through a pipe (read once), larger through a memfd
 # pid 1 of the sandbox: sets the rlimits (dash's ulimit: -p is RLIMIT_NPROC, -v RLIMIT_AS in KiB, -f in 512-byte
 # blocks, -n RLIMIT_NOFILE), runs the command as its child (stdin passed on: an async list would get /dev/null), reaps
-# orphans while it waits, and exits with the command's status; its exit makes the kernel kill whatever is left in the namespace.
+# orphans while it waits, and exits with the command's status; its exit makes the kernel kill whatever is left in the
+# namespace.
 _RUN = 'exec 3<&0 0</dev/null; "$@" <&3 3<&- & exec 3<&-; wait $!'
 _LIMITS = (
     "ulimit -c 0 && ulimit -v {as_kb} && ulimit -p {nproc} && ulimit -f {fsize_blocks} && ulimit -n {nofile} && "

@@ -58,7 +58,8 @@ _SPAWN_ENV = {
     "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
     "LANG": "C.UTF-8",
 }  # for setpriv/bwrap themselves: no host secrets
-# what a sandboxed command may not call (EPERM): the kernel keyrings (shared by every process of a uid: a channel between
+# what a sandboxed command may not call (EPERM): the kernel keyrings (shared by every process of a uid: a channel
+# between
 # sandboxes), io_uring, tracing and other processes' memory, BPF, userfaultfd, perf, every mount and namespace call,
 # modules, kexec, reboot, swap, accounting, clock setting, handle-based opens
 SECCOMP_DENY = (
@@ -227,7 +228,8 @@ class _Host:
         (self.dir / "empty").mkdir()
         self.python_src, self.launcher = sys.base_prefix, [self.bwrap]
         if _AS_ROOT:
-            # the interpreter lives under /root (mode 700): bind it read-only onto a directory the sandbox user can reach
+            # the interpreter lives under /root (mode 700): bind it read-only onto a directory the sandbox user can
+            # reach
             p = self.dir / "python"
             p.mkdir()
             try:

@@ -266,7 +266,8 @@ def v2_candidates(unit: str, layout: dict, sources: dict[str, str], seed: int = 
     code = {p: sources[p] for p in layout["code"]}
     u = _Unit(unit, code, {p: live_defs(p, t) for p, t in code.items()})
     found = removal_changes(u) + rename_changes(u) + branch_changes(u)
-    # a third of the helpers removed with callers in other files become underspecified tasks: the same change, never twice
+    # a third of the helpers removed with callers in other files become underspecified tasks: the same change, never
+    # twice
     found = [
         dataclasses.replace(c, category="underspecified")
         if c.kind == "callers" and len(c.paths) > 1 and int(c.id[-8:], 16) % 3 == 0

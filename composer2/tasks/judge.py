@@ -96,7 +96,8 @@ AUDITED = (
 JUDGE_RUNNER = r"""import os, sys
 
 def _c2_judge():
-    # 1. before any code of the workspace exists in this process: the key (from the pipe on stdin, read once) and the spec
+    # 1. before any code of the workspace exists in this process: the key (from the pipe on stdin, read once) and the
+    # spec
     buf, n = bytearray(1 << 20), 0
     while n < len(buf):
         k = os.readv(0, [memoryview(buf)[n:]])
@@ -174,8 +175,10 @@ def _c2_judge():
     for m in list(sys.modules):   # the workspace's own modules are imported from the workspace, not from what we loaded
         if m.split(".")[0] in fresh: del sys.modules[m]
     import importlib.machinery, ast
-    # from here on, bytecode is read and written only under an empty tmpfs (the sandbox's /tmp is fresh per run, -B writes
-    # nothing): never a planted `__pycache__` of the workspace. Set here, not by `-X pycache_prefix` at start-up, so that
+    # from here on, bytecode is read and written only under an empty tmpfs (the sandbox's /tmp is fresh per run, -B
+    # writes
+    # nothing): never a planted `__pycache__` of the workspace. Set here, not by `-X pycache_prefix` at start-up, so
+    # that
     # the standard library imported above uses its own compiled bytecode (compiling it from source cost ~0.1 s per run)
     sys.pycache_prefix = "/tmp/.c2-pycache"
     finder, stdlib = importlib.machinery.PathFinder.find_spec, sys.stdlib_module_names
