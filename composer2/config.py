@@ -311,7 +311,20 @@ class RLConfig:
         "and the step) before the advantages, so the run shows what noise alone does",
     )
     summary: str = opt("self", choices=["self", "prompt", "truncate"], doc="what happens when the context fills")
-    summary_trigger: float = opt(0.75, lo=0.1, hi=1.0, doc="fraction of the context that triggers summarisation")
+    summary_trigger: float = opt(
+        0.75,
+        lo=0.1,
+        hi=1.0,
+        doc="summarise when the live context, with the arm's request and its summary's room, reaches this fraction of "
+        "the context: every arm asks within the context it summarises",
+    )
+    summary_tokens: int = opt(0, lo=0, doc="tokens a self-summary may take; 0 means rl.max_new_tokens")
+    compaction_tokens: int = opt(
+        0,
+        lo=0,
+        doc="tokens the prompt arm's compaction may take (the report's prompt-based summaries ran ~5x self's); "
+        "0 means rl.summary_tokens",
+    )
     difficulty_upsampling: bool = opt(False)
     eval_every: int = opt(10, lo=1)
     eval_at_start: bool = opt(
@@ -322,7 +335,7 @@ class RLConfig:
     eval_concurrency: int = opt(
         256, lo=1, doc="held-out episodes in flight per evaluating process (one decode loop runs them all)"
     )
-    max_new_tokens: int = opt(128, lo=1, doc="tokens per assistant turn (and per summary)")
+    max_new_tokens: int = opt(128, lo=1, doc="tokens per assistant turn (and per summary: rl.summary_tokens)")
     max_seq_len: int = opt(0, lo=0, doc="context length of a rollout segment; 0 means model.max_seq_len")
     temperature: float = opt(1.0, lo=0.0, doc="sampling temperature of rollouts and evaluation")
     sampler_dtype: str = opt(

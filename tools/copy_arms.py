@@ -2,9 +2,10 @@
 loss weights, learning rate) and log in-context copying (`copy_nll`) and code NLL along the way.
 
     python tools/copy_arms.py ARM [--steps N] [--out DIR]     # resumable: rerun the same command after a kill
+    python tools/copy_arms.py ARM --init DIR/OTHER/ckpt.pt --name NAME    # a curriculum: ARM's rows from OTHER's state
 
-Each arm writes DIR/ARM/log.jsonl (one row per evaluation: step, tokens, copy NLL first/repeat, code val NLL, internal
-NLL, seconds) and DIR/ARM/ckpt.pt every `--ckpt` steps. One thread (the machine's other core stays free). A measurement
+Each arm writes DIR/ARM/log.jsonl (one row per evaluation: step, tokens, copy NLL first/repeat at `copy_nll`'s fixed
+layout, `copy_var` with span and gap varying row by row, code val NLL, internal NLL, seconds) and DIR/ARM/ckpt.pt every `--ckpt` steps. One thread (the machine's other core stays free). A measurement
 tool, not the training pipeline: the recipe chosen here goes into `composer2.pretrain`."""
 
 import argparse, json, math, sys, time
@@ -70,6 +71,24 @@ def copy_row(kind, code, T, g, lo, V):
     raise ValueError(kind)
 
 
+def copy_var(model, V, lo, n=16, seed=0):
+    """NLL of the repeat (its 11th token on) when span and gap vary row by row (span 20-60, gap 10-120): a model that
+    copies by content scores it as `copy_nll`'s fixed layout; one that learnt to attend a fixed distance back does not."""
+    g = torch.Generator().manual_seed(seed)
+    was = model.training
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for _ in range(n):
+            s, gap = int(torch.randint(20, 61, (1,), generator=g)), int(torch.randint(10, 121, (1,), generator=g))
+            a = torch.randint(lo, V, (s,), generator=g)
+            x = torch.cat([a, torch.randint(lo, V, (gap,), generator=g), a])[None]
+            nll = torch.nn.functional.cross_entropy(model(x).logits[0, :-1], x[0, 1:], reduction="none")
+            out.append(nll[s + gap + 9 :].mean().item())
+    model.train(was)
+    return sum(out) / n
+
+
 def code_nll(model, toks, T, n=64, seed=1):
     "Mean NLL per token of n fixed windows of T tokens."
     g = torch.Generator().manual_seed(seed)
@@ -96,6 +115,10 @@ def main():
     ap.add_argument("--ckpt", type=int, default=200)
     ap.add_argument("--out", default="runs/copy_arms")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--init", help="start from this arm checkpoint (weights and optimizer state; a curriculum's switch)"
+    )
+    ap.add_argument("--name", help="the run's directory name (default: the arm's)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     arm = ARMS[a.arm]
@@ -113,7 +136,7 @@ def main():
     )
     warm = 100
     lr_at = lambda s: arm["lr"] * min(1.0, (s + 1) / warm)  # constant after warmup: the phase change is what we time
-    out = Path(a.out) / a.arm
+    out = Path(a.out) / (a.name or a.arm)
     out.mkdir(parents=True, exist_ok=True)
     log, ck, step = out / "log.jsonl", out / "ckpt.pt", 0
     if ck.exists():
@@ -123,6 +146,10 @@ def main():
         step = st["step"]
         rows = [json.loads(l) for l in log.read_text().splitlines()]
         log.write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] <= step))
+    elif a.init:  # the switch of a curriculum: weights and Adam's moments kept, the warmup run again
+        st = torch.load(a.init, weights_only=False)
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
     lo = len(SPECIAL_TOKENS)
     t0 = time.time()
 
@@ -133,6 +160,7 @@ def main():
             tokens=step * B * T,
             copy_first=c["first"],
             copy_repeat=c["repeat"],
+            copy_var=copy_var(model, V, lo),
             code_val=code_nll(model, val, T),
             internal=code_nll(model, internal, T, n=32),
             s=time.time() - t0,

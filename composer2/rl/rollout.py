@@ -40,7 +40,13 @@ def _special(data, name: str) -> int:
 class EnginePolicy:
     """A `run_episode` policy backed by a `DecodeServer` sequence (its KV cache lives as long as the episode's current
     segment), recording training segments; summarises when the context fills. `close` frees the sequence. It samples
-    from sampling stream `stream` (`composer2.model.engine.stream_key`; by default one of the server's)."""
+    from sampling stream `stream` (`composer2.model.engine.stream_key`; by default one of the server's).
+
+    Every arm summarises when its live context, plus its request (`<|summarize|>` or the compaction prompt) and the
+    room its summary may take (`summary_tokens`, the prompt arm's `compaction_tokens`), reaches `summary_trigger` of
+    the context; so each asks within the context it summarises, and an arm with a longer request or a longer summary
+    summarises sooner -- the cost the report measures. A request that still does not fit (a tool result larger than the
+    context left) is asked in a re-encoded head and tail of the transcript, and counted (`Rollout.refits`)."""
 
     def __init__(
         self,
@@ -51,11 +57,19 @@ class EnginePolicy:
         summary: str = "self",
         summary_trigger: float = 0.75,
         stream: int | None = None,
+        summary_tokens: int = 0,
+        compaction_tokens: int = 0,
     ):
+        from composer2.agent.protocol import Message
+
         if summary not in ("self", "prompt", "truncate"):
             raise C2Error(f"rl.summary: {summary!r} is not allowed (self, prompt, truncate)")
         self.server, self.data, self.L, self.summary, self.trigger = server, data, max_seq_len, summary, summary_trigger
         self.max_new = max_new_tokens
+        self.budget = summary_tokens or max_new_tokens  # tokens this arm's summary may take
+        if summary == "prompt":
+            self.budget = compaction_tokens or self.budget
+        self.request = Message("user", "<|summarize|>" if summary == "self" else COMPACTION_PROMPT)
         self.sid = server.open(stream)
         self.tok = {
             n: _special(data, n)
@@ -68,6 +82,8 @@ class EnginePolicy:
         self.cut = False  # a turn hit the token limit
         self.prefill = self.summary_prefill = 0  # tokens fed to the cache: all, and those a summary cost
         self.summaries: list[str | None] = []
+        self.summary_lengths: list[int] = []
+        self.refits = 0
         self._summary, self._cut_at = None, 0
 
     # -- the current segment
@@ -81,9 +97,12 @@ class EnginePolicy:
         self.lps += [0.0] * len(ids)
         self.vers += [-1] * len(ids)
 
-    def _sample(self, prompt_extra: list[int], stop: str, summary_cost: bool = False) -> tuple[Generation, list[int]]:
-        """Feed `prompt_extra` after the context, generate up to `stop`; record the sampled tokens and the routing of every
-        newly fed position, and count the fed tokens (as a summary's cost with `summary_cost`)."""
+    def _sample(
+        self, prompt_extra: list[int], stop: str, summary_cost: bool = False, max_new: int = 0
+    ) -> tuple[Generation, list[int]]:
+        """Feed `prompt_extra` after the context, generate up to `stop` (at most `max_new` tokens, default a turn's);
+        record the sampled tokens and the routing of every newly fed position, and count the fed tokens (as a summary's
+        cost with `summary_cost`)."""
         self._add_context(prompt_extra)
         n_fed = len(self.ids) - self.fed
         self.prefill += n_fed
@@ -91,7 +110,7 @@ class EnginePolicy:
         g = self.server.generate(
             self.sid,
             self.ids[self.fed :],
-            self.max_new,
+            max_new or self.max_new,
             stop_ids=(self.tok[stop], self.tok["<|eos|>"]),
             reset=self._reset,
         )
@@ -128,7 +147,9 @@ class EnginePolicy:
         msgs = list(transcript.messages)
         new = self._render(msgs[self._seen :])
         need = len(self.ids) + len(new) + self.max_new + 2
-        summarised = bool(self.ids) and (len(self.ids) + len(new) >= self.trigger * self.L or need > self.L)
+        reserve = 0 if self.summary == "truncate" else len(self._ask()) + self.budget
+        full = len(self.ids) + len(new) + reserve >= self.trigger * self.L
+        summarised = bool(self.ids) and (full or need > self.L)
         if summarised:
             self._summarise(transcript)
             new = self._fresh_context(transcript)
@@ -145,23 +166,30 @@ class EnginePolicy:
 
         text, self._cut_at = None, len(transcript.messages)
         if self.summary != "truncate":
-            request = Message("user", "<|summarize|>" if self.summary == "self" else COMPACTION_PROMPT)
-            ask = self._render([request]) + [self.tok["<|assistant|>"], self.tok["<|summary|>"]]
+            ask = self._ask()
             msgs = list(transcript.messages)
             extra = self._render(msgs[self._seen :]) + ask
-            room = self.L - self.max_new - 1
+            room = self.L - self.budget - 1
             if (
                 len(self.ids) + len(extra) > room
             ):  # no room to ask here: ask in a context of the head and the newest tokens
+                self.refits += 1
                 self._close_segment()
                 extra = self._fit(self._render(msgs), max(room - len(ask), 16)) + ask
-            _, body = self._sample(extra, "<|/summary|>", summary_cost=True)
+            _, body = self._sample(extra, "<|/summary|>", summary_cost=True, max_new=self.budget)
             text = self.data.decode(body)
-            transcript.messages += [request, Message("assistant", f"<|summary|>{text}<|/summary|>")]
+            self.summary_lengths.append(len(body))
+            transcript.messages += [self.request, Message("assistant", f"<|summary|>{text}<|/summary|>")]
         self._close_segment()
         self.n_summaries += 1
         self.summaries.append(text)
         self._summary = text
+
+    def _ask(self) -> list[int]:
+        "The summary request's tokens, up to the opening `<|summary|>` the summary follows."
+        if not hasattr(self, "_ask_ids"):
+            self._ask_ids = self._render([self.request]) + [self.tok["<|assistant|>"], self.tok["<|summary|>"]]
+        return self._ask_ids
 
     def _fresh_context(self, transcript) -> list[int]:
         "The next segment's context (`composer2.agent.protocol.resume_context` at the cut), its most recent turn trimmed to fit."
@@ -204,6 +232,8 @@ class EnginePolicy:
             truncated=self.cut or not finished,
             prefill=self.prefill,
             summary_prefill=self.summary_prefill,
+            summary_lengths=self.summary_lengths,
+            refits=self.refits,
         )
 
 # %% ../../nbs/83_rollout.ipynb #571df343
@@ -302,7 +332,15 @@ class Rollouts:
             self.started += 1
             fault = self.faults.get(self.started)
         pol = EnginePolicy(
-            self.server, self.data, rl_context(self.cfg), r.max_new_tokens, r.summary, r.summary_trigger, stream
+            self.server,
+            self.data,
+            rl_context(self.cfg),
+            r.max_new_tokens,
+            r.summary,
+            r.summary_trigger,
+            stream,
+            summary_tokens=r.summary_tokens,
+            compaction_tokens=r.compaction_tokens,
         )
         try:
             if fault == "raise":
@@ -358,11 +396,12 @@ class Rollouts:
         self, tasks: list, k: int, concurrency: int | None = None, on_progress=None, *, seed: int
     ) -> list[dict]:
         """`k` episodes of each task, `concurrency` (default `rl.eval_concurrency`) at a time: per task the outcomes,
-        rewards, turns, summaries, `tokens` (all sampled) and per episode `sampled`, `prefill` and `summary_prefill`
-        (`Rollout`) (a failed episode counts as unsolved, reward 0, no tokens). Sample j of a task draws from the stream
-        (eval, `seed`, task, j) -- `seed` is asked for by name, as an RL run evaluates with `rl.eval_seed` and
-        `c2 tasks eval` with its `--seed` --, so any two evaluations with the same seed -- of one policy or of two, on
-        one worker or split over several, at any concurrency -- are paired by common random numbers.
+        rewards, turns, summaries, `tokens` (all sampled) and per episode `sampled`, `prefill`, `summary_prefill`,
+        `summary_lengths` and `refits` (`Rollout`) (a failed episode counts as unsolved, reward 0, no tokens). Sample j
+        of a task draws from the stream (eval, `seed`, task, j) -- `seed` is asked for by name, as an RL run evaluates
+        with `rl.eval_seed` and `c2 tasks eval` with its `--seed` --, so any two evaluations with the same seed -- of one
+        policy or of two, on one worker or split over several, at any concurrency -- are paired by common random
+        numbers.
         `on_progress(episodes done)` as in `map_abandoning`."""
         jobs = [t for t in tasks for _ in range(k)]
         streams = [stream_key("eval", seed, t.id, j) for t in tasks for j in range(k)]
@@ -382,6 +421,8 @@ class Rollouts:
                     sampled=[r.n_sampled if r else 0 for r in rs],
                     prefill=[r.prefill if r else 0 for r in rs],
                     summary_prefill=[r.summary_prefill if r else 0 for r in rs],
+                    summary_lengths=[r.summary_lengths if r else [] for r in rs],
+                    refits=[r.refits if r else 0 for r in rs],
                 )
             )
         return out

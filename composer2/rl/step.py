@@ -53,6 +53,8 @@ class Rollout:
     truncated: bool = False  # cut off by a length limit (what overlong masking drops)
     prefill: int = 0  # context tokens the policy encoded (fed to its KV cache), all segments
     summary_prefill: int = 0  # ...of them, those a summary cost: its request, and the context after it
+    summary_lengths: list[int] = field(default_factory=list)  # tokens each summary took
+    refits: int = 0  # summaries whose request did not fit the live context (asked in a re-encoded head and tail)
 
     @property
     def n_sampled(self) -> int:
