@@ -4,10 +4,11 @@
 
 # %% ../../nbs/70_pretrain.ipynb #07c003
 from __future__ import annotations
-import ast, contextlib, copy, dataclasses, hashlib, json, os, signal, subprocess, sys, time, warnings
+import ast, contextlib, copy, ctypes, dataclasses, hashlib, json, os, signal, subprocess, sys, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np, torch, torch.distributed as dist
+from torch.distributed.tensor import DTensor
 import lightning as L
 from lightning.pytorch.callbacks import Callback, RichProgressBar
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -31,8 +32,8 @@ from composer2.model.checkpoint import (
 # %% auto #0
 __all__ = ['PEAK_BF16_FLOPS', 'StagePlan', 'stage_plan', 'WindowStream', 'TranscriptStream', 'render_transcript', 'sft_examples',
            'mix_oracle', 'flops_per_token', 'peak_flops', 'dist_info', 'all_sum', 'all_gather', 'rows_digest',
-           'loss_denominators', 'PretrainModule', 'AtomicCheckpointIO', 'StageCallback', 'read_losses', 'read_rows',
-           'StageBar', 'quiet_lightning', 'run_plan', 'run_stage', 'run_pipeline', 'train']
+           'loss_denominators', 'keep_cpu_heap', 'PretrainModule', 'AtomicCheckpointIO', 'StageCallback', 'read_losses',
+           'read_rows', 'StageBar', 'quiet_lightning', 'run_plan', 'run_stage', 'run_pipeline', 'train']
 
 # %% ../../nbs/70_pretrain.ipynb #07c006-1
 @dataclass
@@ -366,6 +367,24 @@ def _full_model(module) -> MoETransformer | None:
     full.load_state_dict(sd)
     return full
 
+# %% ../../nbs/70_pretrain.ipynb #07c014-2c
+def keep_cpu_heap(trim_bytes: int = 1 << 30) -> bool:
+    """Make this process keep the memory it frees in its heap, for its next allocations, rather than give it back to the
+    kernel: glibc's `mallopt` (mmap off, the heap trimmed only when more than `trim_bytes` of its top is free). True if
+    set; False without glibc. A training step frees and allocates again the same tensors every step; by default glibc
+    serves those of 32 MiB and more (a step's [tokens, vocabulary] logits and their gradients) with fresh pages from the
+    kernel, which zeroes each 4 KiB page at its first touch: at cpu scale ~35k page faults a step, ~0.1 s of system
+    time (the step is 1.16x faster without them: `kernels/bench_pretrain_cpu.py`). Process-wide and not undone (the
+    process holds its peak memory until it exits): `PretrainModule` sets it when a fit starts on a CPU."""
+    if sys.platform != "linux":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc (musl)
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's <malloc.h>
+    return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, trim_bytes))
+
 # %% ../../nbs/70_pretrain.ipynb #07c014-3
 class PretrainModule(L.LightningModule):
     "One stage of pretraining around a `MoETransformer`."
@@ -381,15 +400,23 @@ class PretrainModule(L.LightningModule):
             p.requires_grad_(plan.train_mtp if n.startswith("mtp.") else plan.train_trunk)
         self._t, self._tokens = None, 0
 
+    def on_fit_start(self):
+        if self.device.type == "cpu":
+            keep_cpu_heap()
+
     def configure_optimizers(self):
         t = self.cfg.train
         params = [p for p in self.model.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]
         rest = [p for p in params if p.dim() < 2]
+        # on a CPU, one fused kernel for all parameters instead of ~10 tensor ops per parameter (the same update up to
+        # float rounding; a cpu-scale step is 1.07x faster: kernels/bench_pretrain_cpu.py); elsewhere the default
+        fused = all(p.device.type == "cpu" and not isinstance(p, DTensor) for p in params) or None
         opt = torch.optim.AdamW(
             [dict(params=decay, weight_decay=t.weight_decay), dict(params=rest, weight_decay=0.0)],
             lr=self.plan.lr,
             betas=(0.9, 0.95),
+            fused=fused,
         )
         sched_cfg = dataclasses.replace(
             t, steps=self.plan.steps, lr=1.0, warmup_steps=min(t.warmup_steps, self.plan.steps // 4)
