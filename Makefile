@@ -12,7 +12,7 @@ EXECUTOR ?= local
 LAB_DIR ?= .
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)   # Jupyter refuses root otherwise (CI runs as root)
 
-.PHONY: setup system-packages test test-nb reproduce pipeline lab export format clean-venv slurm-up slurm-down
+.PHONY: setup system-packages test test-e2e test-nb reproduce pipeline lab export format clean-venv slurm-up slurm-down
 
 setup: system-packages $(STAMP)
 
@@ -37,8 +37,12 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m ipykernel install --sys-prefix --name composer2 --display-name composer2 >/dev/null
 	@touch $(STAMP)
 
+# the quick tier (~10 min on 2 cores); test-e2e adds the end-to-end tier (pytest -m e2e), as CI (CI=true) always does
 test: setup
 	$(BIN)/python tests/run_suite.py
+
+test-e2e: setup
+	PYTEST_ADDOPTS="--rune2e $$PYTEST_ADDOPTS" $(BIN)/python tests/run_suite.py
 
 # one notebook's tests with make test's flags: make test-nb NB=31_model (or NB=nbs/31_model.ipynb, or NB=31). An
 # unknown NB stops make here with one line, before setup (tools/test_nb.py --check needs only the system Python).

@@ -1,5 +1,9 @@
 """Shared pytest setup. Under CI (CI=true) a skipped test is a failure: a real part that is missing there
-(Slurm, bubblewrap, ...) must be installed by the project's own setup, not silently skipped."""
+(Slurm, bubblewrap, ...) must be installed by the project's own setup, not silently skipped.
+
+Three opt-in tiers beside the quick one `make test` runs: `e2e` (end-to-end runs that go again through machinery the
+quick tier exercises once -- every RL study at smoke scale, crash-and-resume chains, multi-rank and Slurm pipelines;
+run by CI, `make test-e2e` or `--rune2e`), `slow` and `gpu` (on request: `--runslow`, `--rungpu`)."""
 
 import os, re, subprocess, sys, tempfile
 from pathlib import Path
@@ -13,14 +17,15 @@ RUNS = tempfile.mkdtemp(prefix="c2-test-runs-")
 
 
 def pytest_addoption(parser):
+    parser.addoption("--rune2e", action="store_true", help="also run tests marked e2e (always under CI=true)")
     parser.addoption("--runslow", action="store_true", help="also run tests marked slow")
     parser.addoption("--rungpu", action="store_true", help="also run tests marked gpu")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        for mark in ("slow", "gpu"):
-            if mark in item.keywords and not config.getoption(f"--run{mark}"):
+        for mark in ("e2e", "slow", "gpu"):
+            if mark in item.keywords and not (config.getoption(f"--run{mark}") or mark == "e2e" and IN_CI):
                 # opt-in tests are deselected, not skipped: CI decides which tiers it runs
                 item.add_marker(pytest.mark.skip(reason=f"{mark}: run with --run{mark}"))
                 item.user_properties.append(("optin", mark))

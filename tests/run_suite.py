@@ -5,7 +5,7 @@ Extra nbdev flags (e.g. slow, gpu) come from $C2_TEST_FLAGS; extra pytest argume
 bubblewrap (`#| bwrap`) run where `bwrap` is installed, and always under CI=true, where a missing bubblewrap then fails
 them instead of passing silently."""
 
-import os, re, shutil, subprocess, sys, time
+import json, os, re, shutil, subprocess, sys, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,16 +56,57 @@ def format_check():
     record("format: ruff format --check (make format fixes it)", r.returncode == 0, t0, r.stdout + r.stderr)
 
 
-def notebook(nb):
-    t0 = time.time()
-    cmd = [str(BIN / "nbdev_test"), "--path", str(nb), "--n_workers", "0", "--do_print"]
+def nb_flags() -> list[str]:
+    "The nbdev flags whose cells run: $C2_TEST_FLAGS, and `bwrap` where bubblewrap is installed or CI=true."
     flags = os.environ.get("C2_TEST_FLAGS", "").split()
     if shutil.which("bwrap") or os.environ.get("CI") == "true":
         flags.append("bwrap")
+    return flags
+
+
+def notebook(nb):
+    "One notebook through `nbdev_test` (what `make test-nb` runs): (name, ok, started, output, seconds)."
+    t0 = time.time()
+    cmd = [str(BIN / "nbdev_test"), "--path", str(nb), "--n_workers", "0", "--do_print"]
+    flags = nb_flags()
     if flags:
         cmd += ["--flags", " ".join(flags)]
     r = run(cmd)
     return f"notebook {nb.name}", r.returncode == 0, t0, r.stdout + r.stderr, time.time() - t0
+
+
+def notebooks(nbs):
+    """Every notebook's tests, one after another in one child process (nbdev's `test_nb`, which `nbdev_test` runs for
+    each notebook, each in a fresh IPython namespace): torch and the library are imported once, not once per notebook.
+    A list of (name, ok, started, output, seconds); a notebook the worker never reported (it died) fails."""
+    t0 = time.time()
+    out = ROOT / ".notebooks-report.jsonl"
+    out.unlink(missing_ok=True)
+    r = run([sys.executable, __file__, "--notebooks", str(out), " ".join(nb_flags()), *map(str, nbs)])
+    got = {d["nb"]: d for d in map(json.loads, out.read_text().splitlines())} if out.exists() else {}
+    out.unlink(missing_ok=True)
+    died = f"the notebook worker stopped (exit {r.returncode}) before this notebook:\n{r.stdout}{r.stderr}"
+    return [
+        (f"notebook {nb.name}", d["ok"], t0, d["out"], d["secs"])
+        if (d := got.get(str(nb)))
+        else (f"notebook {nb.name}", False, t0, died, 0.0)
+        for nb in nbs
+    ]
+
+
+def notebook_worker(report: str, flags: str, paths: list[str]):
+    "The child of `notebooks`: each notebook's result as a JSON line of `report` (its stdout belongs to the cells)."
+    import contextlib, io
+    from nbdev.config import get_config
+    from nbdev.test import test_nb
+
+    skip = sorted(set(get_config().tst_flags.split()) - set(flags.split()))
+    for p in paths:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            ok, secs = test_nb(Path(p), skip_flags=skip)
+        with open(report, "a") as f:
+            f.write(json.dumps(dict(nb=p, ok=bool(ok), secs=secs, out=err.getvalue()[-6000:])) + "\n")
 
 
 def pytest_cmd(junit):
@@ -91,8 +132,7 @@ def main():
     # lines come as a block once they are all done (their output would cut pytest's progress line)
     junit = ROOT / ".pytest-report.xml"
     tests = subprocess.Popen(pytest_cmd(junit), cwd=ROOT)
-    nbs = sorted((ROOT / "nbs").glob("*.ipynb"))
-    done = [notebook(nb) for nb in nbs]  # one at a time: pytest holds the other core
+    done = notebooks(sorted((ROOT / "nbs").glob("*.ipynb")))  # one at a time: pytest holds the other core
     nb_s = time.time() - start
     rc = tests.wait()
     print(f"\nnotebooks (alongside pytest, {nb_s:.0f}s):", flush=True)
@@ -122,4 +162,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--notebooks"]:
+        notebook_worker(sys.argv[2], sys.argv[3], sys.argv[4:])
+    else:
+        main()

@@ -153,6 +153,7 @@ print(json.dumps(dict(prompt=x[0].tolist(), tokens=out[0, x.shape[1]:].tolist(),
 """
 
 
+@pytest.mark.e2e
 def test_export_to_hugging_face_and_import_back(smoke_data, trained, tmp_path):
     "c2 export -> transformers alone (a fresh process, offline) equals our engine, in the harness too; c2 import -> the same bits."
     import os, subprocess, sys, torch

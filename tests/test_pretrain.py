@@ -68,6 +68,7 @@ def test_sigkill_then_rerun_is_bitwise_identical(smoke_data, tmp_path, reference
     assert read_losses(out) == reference  # every step's loss, bit for bit
 
 
+@pytest.mark.e2e
 def test_sigusr2_preemption_checkpoints_then_resumes(smoke_data, tmp_path, reference):
     code, err = run_until(args(tmp_path, smoke_data), 6, signal.SIGUSR2, tmp_path)
     assert code == 75 and "preempted at step" in err and "rerun the same command" in err, err[-2000:]
@@ -147,6 +148,7 @@ def test_checkpoint_from_other_data_is_refused(smoke_data, tmp_path):
     one_line_error(r, "0123456789abcdef", "another tokenizer")
 
 
+@pytest.mark.e2e
 def test_every_stage_through_the_cli(smoke_data, tmp_path):
     common = [
         "--scale",

@@ -83,6 +83,7 @@ def _copy_back(tasks: list[Task]):
     assert [e.task.id for e in oracle if not e.solved] == [t.id for t in tasks if t.id in UNJUDGEABLE_HERE]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("version", ["v1", "v2"])
 def test_copy_back_attack_solves_no_c2bench_module(version, host):
     "One task per module of each version: the attack copies nothing (no twin left to read), and the oracle solves each."

@@ -103,6 +103,7 @@ def test_sync_smoke(smoke_data, tmp_path):
     assert r.returncode == 0 and "already complete" in r.stdout
 
 
+@pytest.mark.e2e
 def test_async_sigkill_then_rerun_trains_every_prompt_once(smoke_data, tmp_path):
     extra = ("rl.steps=6", "rl.ckpt_every=1")
     run = tmp_path / "smoke" / "async"
@@ -154,6 +155,7 @@ def test_missing_sft_checkpoint_is_one_line(smoke_data, tmp_path):
     one_line_error(r, "rl.steps x rl.prompts_per_step", "tasks.n_train")
 
 
+@pytest.mark.e2e
 def test_async_run_survives_an_episode_that_raises_and_one_that_hangs(smoke_data, tmp_path):
     # C2_FAULTS makes the 2nd episode of every rollout loop (the worker's and the evaluator's) raise and the 5th never
     # return; the run must leave both out, count them, and train every prompt once as usual
@@ -168,6 +170,7 @@ def test_async_run_survives_an_episode_that_raises_and_one_that_hangs(smoke_data
     print(f"run with a raising and a hanging episode: {time.time() - t0:.1f}s")
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs as a full disk needs root")
 def test_a_full_disk_is_one_line_and_leaves_no_torn_file(smoke_data, tmp_path):
     "An output folder on a disk that fills during the run: one line, exit 2, and no half-written checkpoint or temporary."

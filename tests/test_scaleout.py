@@ -118,6 +118,7 @@ def test_two_ranks_follow_one_rank(one_rank, two_ranks, smoke_data):
     assert len([l for l in two["stdout"].splitlines() if l.startswith("base: ")]) == 1
 
 
+@pytest.mark.e2e
 def test_two_rank_resume_after_sigkill(smoke_data, tmp_path, two_ranks):
     "SIGKILL of rank 0 (the process Lightning's launcher runs in): rank 1 dies with it; the rerun resumes exactly."
     env = {**os.environ, **ONE_THREAD, "C2_RUNS": RUNS}
@@ -172,6 +173,7 @@ def srun(*cmd, timeout=900):
     )
 
 
+@pytest.mark.e2e
 def test_srun_ntasks_per_node(cluster, smoke_data, tmp_path, one_rank, two_ranks):  # noqa: F811
     t0 = time.time()
     r = srun("--ntasks-per-node=2", "--kill-on-bad-exit=1", C2, *args(tmp_path, smoke_data, *DDP2))
@@ -416,6 +418,7 @@ def ray_head():
     pytest.fail(f"ray start --head did not come up in 5 attempts: {why}")
 
 
+@pytest.mark.e2e
 def test_external_ray_head(smoke_data, tmp_path):
     with ray_head() as (port, tdir, head):
         r = c2(
@@ -437,6 +440,7 @@ def test_external_ray_head(smoke_data, tmp_path):
 # -- make gpu-check, dry
 
 
+@pytest.mark.e2e
 def test_gpu_check_dry_run():
     r = subprocess.run(["make", "gpu-check", "DRY=1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

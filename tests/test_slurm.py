@@ -194,6 +194,7 @@ def test_preempted_job_resumes_from_its_checkpoint(cluster, tmp_path):
     )
 
 
+@pytest.mark.e2e
 def test_pipeline_is_a_chain_of_dependent_jobs(cluster, tmp_path):
     "EXECUTOR=slurm ./pipeline.sh at smoke scale: eight jobs, each starting after the one before it ended, ending in the evaluation."
     import sys

@@ -36,17 +36,32 @@ def rl_verdicts(out, ids, figure_px=1000):
     return report_verdicts(out, ids, figure_px, svg=False)
 
 
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    "Every study reproduced at smoke scale into a scratch results root, once."
-    d = tmp_path_factory.mktemp("smoke")
-    env = {"C2_RESULTS": str(d / "results"), "C2_JOBS": str(d / "jobs")}
-    r = c2(
-        "reproduce", "--scale", "smoke", env=env, timeout=3600
-    )  # every study, five of them RL pipelines (~6 min alone)
+# the studies whose smoke runs are cheap (no RL pipeline): `make test` runs them; the RL studies run in the e2e tier
+# (`make test-e2e`, and always under CI), into the same results root
+QUICK = ["kl_estimators", "length_penalty", "cpt_loss", "c2bench", "mxfp8_parity", "mtp_speculation"]
+RL_STUDIES = [s for s in STUDIES if s not in QUICK]
+
+
+def reproduce_into(env, names):
+    r = c2("reproduce", "--scale", "smoke", "--only", ",".join(names), env=env, timeout=3600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "reproduce (smoke, local): 0 failed" in r.stdout
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    "The quick studies reproduced at smoke scale into a scratch results root, once."
+    d = tmp_path_factory.mktemp("smoke")
+    env = {"C2_RESULTS": str(d / "results"), "C2_JOBS": str(d / "jobs")}
+    reproduce_into(env, QUICK)
     return d / "results", env
+
+
+@pytest.fixture(scope="module")
+def smoke_rl(smoke):
+    "The RL studies (five RL pipelines, ~10 min alone) reproduced at smoke scale beside the quick ones."
+    reproduce_into(smoke[1], RL_STUDIES)
+    return smoke
 
 
 def test_list():
@@ -191,12 +206,11 @@ document.getElementById("f").addEventListener("load", () => {
 </script></body></html>"""
 
 
-def test_index(smoke):
+def check_index(root, studies):
     "The results page: a summary per run, then one section per run with the report's finding, its figures once, its claims."
-    root = smoke[0]
     md, page = (root / "index.md").read_text(), (root / "index.html").read_text()
     results = [json.loads(p.read_text()) for p in sorted(root.glob("*/*/results.json"))]
-    assert len(results) == len(STUDIES) and all(r["status"] == "ok" for r in results)  # one run per registered study
+    assert sorted(r["study"] for r in results) == sorted(studies) and all(r["status"] == "ok" for r in results)
     for res in results:  # the summary row counts the claims that hold as results.json records them
         n, n_hold = len(res["claims"]), sum(c["holds"] for c in res["claims"])
         kinds = [(sum(v["status"] == k for v in res["verdicts"]), k.replace("_", " ")) for k in VERDICTS]
@@ -211,9 +225,18 @@ def test_index(smoke):
                 assert md.count(f'<img src="{res["study"]}/smoke/{f}"') == 1  # each figure once
     n_claims, n_hold = sum(len(r["claims"]) for r in results), sum(c["holds"] for r in results for c in r["claims"])
     assert page.count('<tr class="holds">') == n_hold and page.count('<tr class="nothold">') == n_claims - n_hold >= 0
-    assert (
-        page.count("<section ") == len(STUDIES) and "(Figure 4)" in md and "**The report (Figure 5):** During RL" in md
-    )
+    assert page.count("<section ") == len(studies) and "(Figure 4)" in md
+
+
+def test_index(smoke):
+    check_index(smoke[0], QUICK)
+
+
+@pytest.mark.e2e
+def test_index_of_every_study(smoke_rl):
+    "With the RL studies beside the quick ones, the index holds every registered study."
+    check_index(smoke_rl[0], list(STUDIES))
+    assert "**The report (Figure 5):** During RL" in (smoke_rl[0] / "index.md").read_text()
 
 
 def test_index_in_a_real_browser(smoke):
@@ -245,15 +268,16 @@ def test_index_in_a_real_browser(smoke):
     out = json.loads(re.search(r'<pre id="out">(.*?)</pre>', r.stdout).group(1))
     n_png = sum(f.endswith(".png") for p in root.glob("*/*/results.json") for f in json.loads(p.read_text())["figures"])
     n_runs = len(list(root.glob("*/*/results.json")))  # one section per study run
-    assert out == {"images": n_png, "sections": n_runs, "broken": []} and n_png >= n_runs == len(STUDIES), out
+    assert out == {"images": n_png, "sections": n_runs, "broken": []} and n_png >= n_runs == len(QUICK), out
     assert not [l for l in r.stderr.splitlines() if "CONSOLE" in l], r.stderr[-2000:]
 
 
-def test_best_of_k_results(smoke):
+@pytest.mark.e2e
+def test_best_of_k_results(smoke_rl):
     """The pipeline runs end to end at smoke scale: SFT checkpoint, RL steps, evaluations during RL with best-of-K for
     K = 1..eval_k, and Figure 5's two verdicts on the real runs' interval over seeds and tasks (untestable with the two
     smoke seeds: the criterion needs four)."""
-    out = smoke[0] / "best_of_k" / "smoke"
+    out = smoke_rl[0] / "best_of_k" / "smoke"
     res, verdicts = rl_verdicts(out, ["heldout_pass1_rises", "best_of_k_no_tradeoff"])
     m = res["metrics"]
     c = load_config(res["params"]["base_scale"], overrides=res["params"]["config"])  # what the study's runs were given
@@ -340,11 +364,12 @@ def test_best_of_k_results(smoke):
     assert (out / "best_of_k.png").stat().st_size > 10_000
 
 
-def test_rl_systems_results(smoke):
+@pytest.mark.e2e
+def test_rl_systems_results(smoke_rl):
     """Async vs sync RL at smoke scale, two repeats of every arm: the staleness bound, on-policy sync and exact fp32
     on-policy log-probs hold even here; the ratios are judged on t-intervals over the repeats (speed is measured, not
     asserted: wall time on shared CI cores says nothing), and the fallback's verdict is untestable without its run."""
-    out = smoke[0] / "rl_systems" / "smoke"
+    out = smoke_rl[0] / "rl_systems" / "smoke"
     res, verdicts = rl_verdicts(
         out, ["async_faster", "replay_cuts_mismatch", "fallback_cuts_p99", "delta_smaller", "bf16_mostly_unchanged"]
     )
@@ -584,15 +609,16 @@ def test_mtp_speculation_results(smoke):
     assert len(sp["per_prompt_s"]["plain"]) == len(sp["per_prompt_s"]["speculative"]) == p["n_prompts"]
 
 
-def test_grpo_variants_results(smoke):
+@pytest.mark.e2e
+def test_grpo_variants_results(smoke_rl):
     """The study shares best_of_k's runs: its Dr. GRPO arm and control are best_of_k's (the same evaluations), every arm
     starts from the shared step-0 evaluation, the variants are evaluated after their last step only, and the four
     verdicts are judged on the intervals the claims compute, every arm named plainly."""
-    out = smoke[0] / "grpo_variants" / "smoke"
+    out = smoke_rl[0] / "grpo_variants" / "smoke"
     res, verdicts = rl_verdicts(
         out, ["std_norm_upweights_equals", "length_norm_biases_length", "dr_grpo_not_worse", "no_overlong_mask_needed"]
     )
-    bk = json.loads((smoke[0] / "best_of_k" / "smoke" / "results.json").read_text())["metrics"]
+    bk = json.loads((smoke_rl[0] / "best_of_k" / "smoke" / "results.json").read_text())["metrics"]
     m = res["metrics"]
     assert m["runs"] == ["rl", "std_norm", "length_norm", "overlong_mask", "rl_replicate", "shuffle"]
     assert (
@@ -614,12 +640,13 @@ def test_grpo_variants_results(smoke):
     assert verdicts["dr_grpo_not_worse"]["hi"] == hi
 
 
-def test_self_summary_results(smoke):
+@pytest.mark.e2e
+def test_self_summary_results(smoke_rl):
     """Three arms from one SFT checkpoint on the long-horizon suite, each evaluated before and after on the same
     held-out tasks, with per-episode token and prefill accounting. The smoke policy solves nothing and does not copy
     its context, so the error verdict is untestable (with the reason), as is the tokens verdict while both arms have
     alike summary budgets; the prompt arm is named zero-shot (SFT never showed the compaction prompt)."""
-    out = smoke[0] / "self_summary" / "smoke"
+    out = smoke_rl[0] / "self_summary" / "smoke"
     res, verdicts = rl_verdicts(out, ["self_halves_error", "self_fewer_tokens", "hard_tasks_summarise_more"])
     m = res["metrics"]
     assert m["arms"] == ["self", "prompt", "truncate"] and all(len(m["evals"][a]) == 2 for a in m["arms"])
@@ -653,13 +680,14 @@ def test_self_summary_results(smoke):
     )
 
 
-def test_cpt_to_rl_results(smoke):
+@pytest.mark.e2e
+def test_cpt_to_rl_results(smoke_rl):
     """Three cpt levels through the same SFT and identical RL runs; the `small` level is best_of_k's pipeline (shared:
     the same SFT checkpoint), more continued pretraining ends lower, and every level x seed has its RL point; the
     verdict is the within-seed slope's interval, the rank check holds only at an exact p < 0.05."""
-    out = smoke[0] / "cpt_to_rl" / "smoke"
+    out = smoke_rl[0] / "cpt_to_rl" / "smoke"
     res, verdicts = rl_verdicts(out, ["loss_predicts_reward"])
-    bk = json.loads((smoke[0] / "best_of_k" / "smoke" / "results.json").read_text())["metrics"]
+    bk = json.loads((smoke_rl[0] / "best_of_k" / "smoke" / "results.json").read_text())["metrics"]
     m = res["metrics"]
     assert m["stages"]["small"]["sft"]["internal_nll"] == bk["stages"]["sft"]["internal_nll"]
     assert len(m["points"]) == len(m["levels"]) * len(m["seeds"]) and m["levels"] == ["small", "medium", "large"]

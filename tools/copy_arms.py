@@ -29,6 +29,9 @@ ARMS = {
     "inserted-weighted": dict(kind="inserted", share=0.5, lr=5e-4, weight=4.0),
     "dense": dict(kind="dense", share=0.5, lr=5e-4),  # many short random spans, each repeated soon after
     "span-pure": dict(kind="span", share=1.0, lr=5e-4),  # copy rows only: does the circuit form at this shape at all?
+    "dense-pure": dict(kind="dense", share=1.0, lr=5e-4),  # dense rows only: ~35% of targets predictable by copying
+    # 4x the rows at a quarter of the length (the same tokens a step): more copy examples for the same compute
+    "short-pure": dict(kind="short", share=1.0, lr=5e-4, rows=32, T=64),
     "self-copy": dict(kind="self", share=0.5, lr=5e-4),  # a code window followed by itself
 }
 
@@ -37,8 +40,8 @@ def copy_row(kind, code, T, g, lo, V):
     "One row of T + 1 tokens and its target weights [T] (1 where a target counts)."
     r = lambda a, b: int(torch.randint(a, b, (1,), generator=g))
     w = torch.ones(T)
-    if kind == "span":  # random tokens: span, gap, span again; only the repeat is predictable
-        s = r(16, 64)
+    if kind in ("span", "short"):  # random tokens: span, gap, span again; only the repeat is predictable
+        s = r(16, 64) if kind == "span" else r(8, 24)
         gap = r(4, T + 1 - 2 * s)
         a = torch.randint(lo, V, (s,), generator=g)
         row = torch.cat([a, torch.randint(lo, V, (gap,), generator=g), a])
@@ -124,7 +127,7 @@ def main():
     arm = ARMS[a.arm]
     cfg = load_config(scale="cpu")
     data = open_data(cfg)
-    V, T, B = data.vocab_size, cfg.train.seq_len, cfg.train.batch_size
+    V, T, B = data.vocab_size, arm.get("T", cfg.train.seq_len), arm.get("rows", cfg.train.batch_size)
     code, val, internal = data.tokens("code_train"), data.tokens("code_val"), data.internal_tokens()
     torch.manual_seed(0)
     model = build_model(cfg, V)
