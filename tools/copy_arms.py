@@ -5,7 +5,9 @@ loss weights, learning rate) and log in-context copying (`copy_nll`) and code NL
     python tools/copy_arms.py ARM --init DIR/OTHER/ckpt.pt --name NAME    # a curriculum: ARM's rows from OTHER's state
 
 Each arm writes DIR/ARM/log.jsonl (one row per evaluation: step, tokens, copy NLL first/repeat at `copy_nll`'s fixed
-layout, `copy_var` with span and gap varying row by row, code val NLL, internal NLL, seconds) and DIR/ARM/ckpt.pt every `--ckpt` steps. One thread (the machine's other core stays free). A measurement
+layout, `copy_var` with span and gap varying row by row, `copy_own` on held-out copy rows of the arm's own design (its
+row length and spans: in distribution where the others are not), code val NLL, internal NLL, seconds) and
+DIR/ARM/ckpt.pt every `--ckpt` steps. One thread (the machine's other core stays free). A measurement
 tool, not the training pipeline: the recipe chosen here goes into `composer2.pretrain`."""
 
 import argparse, json, math, sys, time
@@ -19,7 +21,8 @@ from composer2.model.checkpoint import build_model, copy_nll
 from composer2.model.moe import training_loss
 from composer2.data.corpus import SPECIAL_TOKENS
 
-# arm: rows of copies (kind, share of rows), weight of copy targets, learning rate
+# arm: rows of copies (kind, share of rows), weight of copy targets, learning rate; optionally rows a batch and their
+# length (rows, T) and the number of ordinary token ids copy rows draw from (vocab)
 ARMS = {
     "code": dict(kind=None, share=0.0, lr=3e-3),  # today's base recipe: code only (the control)
     "code-5e-4": dict(kind=None, share=0.0, lr=5e-4),
@@ -32,6 +35,9 @@ ARMS = {
     "dense-pure": dict(kind="dense", share=1.0, lr=5e-4),  # dense rows only: ~35% of targets predictable by copying
     # 4x the rows at a quarter of the length (the same tokens a step): more copy examples for the same compute
     "short-pure": dict(kind="short", share=1.0, lr=5e-4, rows=32, T=64),
+    # the copied tokens drawn from the first 256 ordinary ids only (a minimal GPT learns copying far sooner from 256
+    # random tokens than from 4096): the first step of a curriculum over the copied vocabulary
+    "short-sub256": dict(kind="short", share=1.0, lr=1e-3, rows=32, T=64, vocab=256),
     "self-copy": dict(kind="self", share=0.5, lr=5e-4),  # a code window followed by itself
 }
 
@@ -76,7 +82,8 @@ def copy_row(kind, code, T, g, lo, V):
 
 def copy_var(model, V, lo, n=16, seed=0):
     """NLL of the repeat (its 11th token on) when span and gap vary row by row (span 20-60, gap 10-120): a model that
-    copies by content scores it as `copy_nll`'s fixed layout; one that learnt to attend a fixed distance back does not."""
+    copies by content scores it as `copy_nll`'s fixed layout; one that learnt to attend a fixed distance back does
+    not."""
     g = torch.Generator().manual_seed(seed)
     was = model.training
     model.eval()
@@ -155,6 +162,35 @@ def main():
         opt.load_state_dict(st["opt"])
     lo = len(SPECIAL_TOKENS)
     t0 = time.time()
+    n_copy = round(B * arm["share"])  # the first n_copy rows of a batch are copy rows
+
+    def batch(seed):
+        "The arm's batch of step `seed`: rows [B, T + 1] and target weights [B, T]."
+        g = torch.Generator().manual_seed(seed)
+        rows, ws = [], []
+        for i in range(B):
+            if i >= n_copy:
+                o = int(torch.randint(0, len(code) - T - 2, (1,), generator=g))
+                rows.append(torch.from_numpy(code[o : o + T + 1].astype(np.int64)))
+                ws.append(torch.ones(T))
+            else:
+                r, w = copy_row(arm["kind"], code, T, g, lo, min(V, lo + arm.get("vocab", V)))
+                rows.append(r)
+                ws.append(w * arm.get("weight", 1.0))
+        return torch.stack(rows), torch.stack(ws)
+
+    def own_copy():
+        "Loss on the copy targets of held-out copy rows of the arm's own design (in distribution: length, spans)."
+        if not n_copy:
+            return None
+        b, m = batch(10**6)
+        was = model.training
+        model.eval()
+        with torch.no_grad():
+            lg = model(b[:n_copy, :-1]).logits
+        model.train(was)
+        nll = torch.nn.functional.cross_entropy(lg.transpose(1, 2), b[:n_copy, 1:], reduction="none")
+        return float((nll * m[:n_copy]).sum() / m[:n_copy].sum())
 
     def evaluate():
         c = copy_nll(model, V)
@@ -164,6 +200,7 @@ def main():
             copy_first=c["first"],
             copy_repeat=c["repeat"],
             copy_var=copy_var(model, V, lo),
+            copy_own=own_copy(),
             code_val=code_nll(model, val, T),
             internal=code_nll(model, internal, T, n=32),
             s=time.time() - t0,
@@ -175,19 +212,7 @@ def main():
     if step == 0:
         evaluate()
     while step < a.steps:
-        g = torch.Generator().manual_seed(step)
-        rows, ws = [], []
-        for i in range(B):
-            kind = arm["kind"] if i < round(B * arm["share"]) else None
-            if kind is None:
-                o = int(torch.randint(0, len(code) - T - 2, (1,), generator=g))
-                rows.append(torch.from_numpy(code[o : o + T + 1].astype(np.int64)))
-                ws.append(torch.ones(T))
-            else:
-                r, w = copy_row(kind, code, T, g, lo, V)
-                rows.append(r)
-                ws.append(w * arm.get("weight", 1.0))
-        b, m = torch.stack(rows), torch.stack(ws)
+        b, m = batch(step)
         for p in opt.param_groups:
             p["lr"] = lr_at(step)
         parts = training_loss(model, b[:, :-1], b[:, 1:], m, with_mtp=False)
