@@ -4,9 +4,10 @@ loss weights, learning rate) and log in-context copying (`copy_nll`) and code NL
     python tools/copy_arms.py ARM [--steps N] [--out DIR]     # resumable: rerun the same command after a kill
     python tools/copy_arms.py ARM --init DIR/OTHER/ckpt.pt --name NAME    # a curriculum: ARM's rows from OTHER's state
 
-Each arm writes DIR/ARM/log.jsonl (one row per evaluation: step, tokens, copy NLL first/repeat at `copy_nll`'s fixed
-layout, `copy_var` with span and gap varying row by row, `copy_own` on held-out copy rows of the arm's own design (its
-row length and spans: in distribution where the others are not), code val NLL, internal NLL, seconds) and
+Each arm writes DIR/ARM/log.jsonl (one row per evaluation: step, tokens, copy NLL first/repeat of `copy_nll` (a fixed
+layout of span 40 and gap 60 until 2026-11-29, varying since), `copy_var` with span and gap varying row by row,
+`copy_own` on held-out copy rows of the arm's own design (its row length and spans: in distribution where the others
+are not), code val NLL, internal NLL, seconds) and
 DIR/ARM/ckpt.pt every `--ckpt` steps. One thread (the machine's other core stays free). A measurement
 tool, not the training pipeline: the recipe chosen here goes into `composer2.pretrain`."""
 

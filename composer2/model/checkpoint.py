@@ -70,22 +70,28 @@ def codebase_nll(model: MoETransformer, tokens: np.ndarray, seq_len: int, batch_
 
 # %% ../../nbs/33_checkpoint.ipynb #04c006-1
 @torch.no_grad()
-def copy_nll(model: MoETransformer, vocab_size: int, n: int = 16, span: int = 40, gap: int = 60, seed: int = 0) -> dict:
+def copy_nll(model: MoETransformer, vocab_size: int, n: int = 16, span=(20, 50), gap=(10, 100), seed: int = 0) -> dict:
     """In-context copying: NLL per token (nats) of a span of random ordinary tokens the first time and the second time it
-    appears (`n` rows of span, gap of other random tokens, span again), each scored from its 11th token on, once the
-    repeat is under way; `uniform` is ln V, what a model that ignores its context would score."""
+    appears (`n` rows of span, gap of other random tokens, span again, padded at the end), each scored from its 11th
+    token on, once the repeat is under way; `uniform` is ln V, what a model that ignores its context would score. Span
+    and gap lengths vary row by row (uniform over the inclusive ranges), so that only copying by content scores low: a
+    head that attends a fixed distance back would pass a fixed layout."""
     was = model.training
     model.eval()
     g = torch.Generator().manual_seed(seed)
     lo = len(SPECIAL_TOKENS)
-    a, b = torch.randint(lo, vocab_size, (n, span), generator=g), torch.randint(lo, vocab_size, (n, gap), generator=g)
-    x = torch.cat([a, b, a], 1).to(model.embed.weight.device)
+    draw = lambda r: int(torch.randint(r[0], r[1] + 1, (1,), generator=g))
+    layout = [(draw(span), draw(gap)) for _ in range(n)]
+    L = max(2 * s + k for s, k in layout)
+    x = torch.randint(lo, vocab_size, (n, L), generator=g)  # the gaps and the padding
+    for i, (s, k) in enumerate(layout):
+        x[i, s + k : 2 * s + k] = x[i, :s]
+    x = x.to(model.embed.weight.device)
     nll = torch.nn.functional.cross_entropy(model(x).logits[:, :-1].float().transpose(1, 2), x[:, 1:], reduction="none")
     model.train(was)
-    first, repeat = (
-        nll[:, 9 : span - 1].mean().item(),
-        nll[:, span + gap + 9 :].mean().item(),
-    )  # predicting tokens 10.. of a span
+    # position j predicts token j + 1: tokens 10.. of the first span, and of its repeat
+    first = torch.cat([nll[i, 9 : s - 1] for i, (s, k) in enumerate(layout)]).mean().item()
+    repeat = torch.cat([nll[i, s + k + 9 : 2 * s + k - 1] for i, (s, k) in enumerate(layout)]).mean().item()
     return dict(first=first, repeat=repeat, uniform=math.log(vocab_size))
 
 # %% ../../nbs/33_checkpoint.ipynb #04c007
