@@ -22,15 +22,8 @@ def pytest_addoption(parser):
     parser.addoption("--rungpu", action="store_true", help="also run tests marked gpu")
 
 
-# modules that start a local Slurm cluster or Ray (test_slurm stops and restarts the cluster; the RL runs start Ray):
-# under pytest-xdist (`make test` runs two workers) one worker runs them all, one after another; every other module
-# stays whole on one worker, so its module fixtures are built once
-CLUSTERS = {"test_rl.py", "test_scaleout.py", "test_slurm.py", "test_studies.py"}
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        item.add_marker(pytest.mark.xdist_group("clusters" if item.path.name in CLUSTERS else item.path.stem))
         for mark in ("e2e", "slow", "gpu"):
             if mark in item.keywords and not (config.getoption(f"--run{mark}") or mark == "e2e" and IN_CI):
                 # opt-in tests are deselected, not skipped: CI decides which tiers it runs

@@ -119,10 +119,6 @@ def pytest_cmd(junit):
         "-p",
         "no:cacheprovider",
         "--durations=15",
-        "-n",
-        "2",
-        "--dist",
-        "loadgroup",  # two workers, each module on one (conftest's CLUSTERS share one), beside the notebooks
         f"--junitxml={junit}",
     ]
 
