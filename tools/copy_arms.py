@@ -39,6 +39,8 @@ ARMS = {
     # the copied tokens drawn from the first 256 ordinary ids only (a minimal GPT learns copying far sooner from 256
     # random tokens than from 4096): the first step of a curriculum over the copied vocabulary
     "short-sub256": dict(kind="short", share=1.0, lr=1e-3, rows=32, T=64, vocab=256),
+    "short-1e-3": dict(kind="short", share=1.0, lr=1e-3, rows=32, T=64),  # its control: every id, the same rate
+    "short-sub1024": dict(kind="short", share=1.0, lr=1e-3, rows=32, T=64, vocab=1024),  # the next step (--init)
     "self-copy": dict(kind="self", share=0.5, lr=5e-4),  # a code window followed by itself
 }
 
