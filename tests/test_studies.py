@@ -268,7 +268,8 @@ def test_index_in_a_real_browser(smoke):
     out = json.loads(re.search(r'<pre id="out">(.*?)</pre>', r.stdout).group(1))
     n_png = sum(f.endswith(".png") for p in root.glob("*/*/results.json") for f in json.loads(p.read_text())["figures"])
     n_runs = len(list(root.glob("*/*/results.json")))  # one section per study run
-    assert out == {"images": n_png, "sections": n_runs, "broken": []} and n_png >= n_runs == len(QUICK), out
+    # the quick studies, and the RL ones too where the e2e tier has added them to the same root before this test
+    assert out == {"images": n_png, "sections": n_runs, "broken": []} and n_png >= n_runs >= len(QUICK), out
     assert not [l for l in r.stderr.splitlines() if "CONSOLE" in l], r.stderr[-2000:]
 
 
