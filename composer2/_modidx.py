@@ -837,8 +837,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                                                                       'composer2/rl/rollout.py'),
                                       'composer2.rl.rollout.EnginePolicy._add_context': ( 'rollout.html#enginepolicy._add_context',
                                                                                           'composer2/rl/rollout.py'),
-                                      'composer2.rl.rollout.EnginePolicy._ask': ( 'rollout.html#enginepolicy._ask',
-                                                                                  'composer2/rl/rollout.py'),
                                       'composer2.rl.rollout.EnginePolicy._close_segment': ( 'rollout.html#enginepolicy._close_segment',
                                                                                             'composer2/rl/rollout.py'),
                                       'composer2.rl.rollout.EnginePolicy._fit': ( 'rollout.html#enginepolicy._fit',

@@ -81,6 +81,8 @@ class EnginePolicy:
         self.turns = self.n_summaries = 0
         self.cut = False  # a turn hit the token limit
         self.prefill = self.summary_prefill = 0  # tokens fed to the cache: all, and those a summary cost
+        # the summary request's tokens, up to the opening `<|summary|>` the summary follows
+        self.ask = self._render([self.request]) + [self.tok["<|assistant|>"], self.tok["<|summary|>"]]
         self.summaries: list[str | None] = []
         self.summary_lengths: list[int] = []
         self.refits = 0
@@ -147,7 +149,7 @@ class EnginePolicy:
         msgs = list(transcript.messages)
         new = self._render(msgs[self._seen :])
         need = len(self.ids) + len(new) + self.max_new + 2
-        reserve = 0 if self.summary == "truncate" else len(self._ask()) + self.budget
+        reserve = 0 if self.summary == "truncate" else len(self.ask) + self.budget
         full = len(self.ids) + len(new) + reserve >= self.trigger * self.L
         summarised = bool(self.ids) and (full or need > self.L)
         if summarised:
@@ -166,7 +168,7 @@ class EnginePolicy:
 
         text, self._cut_at = None, len(transcript.messages)
         if self.summary != "truncate":
-            ask = self._ask()
+            ask = self.ask
             msgs = list(transcript.messages)
             extra = self._render(msgs[self._seen :]) + ask
             room = self.L - self.budget - 1
@@ -184,12 +186,6 @@ class EnginePolicy:
         self.n_summaries += 1
         self.summaries.append(text)
         self._summary = text
-
-    def _ask(self) -> list[int]:
-        "The summary request's tokens, up to the opening `<|summary|>` the summary follows."
-        if not hasattr(self, "_ask_ids"):
-            self._ask_ids = self._render([self.request]) + [self.tok["<|assistant|>"], self.tok["<|summary|>"]]
-        return self._ask_ids
 
     def _fresh_context(self, transcript) -> list[int]:
         "The next segment's context (`composer2.agent.protocol.resume_context` at the cut), its most recent turn trimmed to fit."
@@ -399,8 +395,8 @@ class Rollouts:
         rewards, turns, summaries, `tokens` (all sampled) and per episode `sampled`, `prefill`, `summary_prefill`,
         `summary_lengths` and `refits` (`Rollout`) (a failed episode counts as unsolved, reward 0, no tokens). Sample j
         of a task draws from the stream (eval, `seed`, task, j) -- `seed` is asked for by name, as an RL run evaluates
-        with `rl.eval_seed` and `c2 tasks eval` with its `--seed` --, so any two evaluations with the same seed -- of one
-        policy or of two, on one worker or split over several, at any concurrency -- are paired by common random
+        with `rl.eval_seed` and `c2 tasks eval` with its `--seed` --, so any two evaluations with the same seed -- of
+        one policy or of two, on one worker or split over several, at any concurrency -- are paired by common random
         numbers.
         `on_progress(episodes done)` as in `map_abandoning`."""
         jobs = [t for t in tasks for _ in range(k)]
