@@ -134,13 +134,15 @@ def cmd_train(a):
         return
     if res.get("skipped"):
         print(
-            f"already trained: {res['checkpoint']} ({res['steps']} steps; delete {Path(res['checkpoint']).parent} to train again)"
+            f"already trained: {res['checkpoint']} ({res['steps']} steps; delete {Path(res['checkpoint']).parent} to "
+            "train again)"
         )
         return
     p = res["params"]
     print(
-        f"trained {res['steps']} steps, {res['tokens']:,} tokens in {res['seconds']:.0f}s ({res['tokens'] / max(res['seconds'], 1e-9):,.0f} "
-        f"tok/s on {res['device']}); {p['total']:,} params, {p['active']:,} active"
+        f"trained {res['steps']} steps, {res['tokens']:,} tokens in {res['seconds']:.0f}s "
+        f"({res['tokens'] / max(res['seconds'], 1e-9):,.0f} tok/s on {res['device']}); {p['total']:,} params, "
+        f"{p['active']:,} active"
     )
     before = res["initial_internal_nll"]  # None when the run resumed from a checkpoint
     print(f"internal-codebase NLL: {'' if before is None else f'{before:.3f} -> '}{res['internal_nll']:.3f} nats/token")
@@ -149,7 +151,8 @@ def cmd_train(a):
     if res["stopped_early"]:
         print(
             f"stopped early: the train.minutes={cfg.train.minutes:g} budget ended the run after {res['steps']} of "
-            f"{res['planned_steps']} steps, before the learning-rate schedule (sized for {res['planned_steps']}) decayed"
+            f"{res['planned_steps']} steps, before the learning-rate schedule (sized for {res['planned_steps']}) "
+            "decayed"
         )
     print(f"checkpoint: {res['checkpoint']}")
 
@@ -211,11 +214,13 @@ def cmd_rl(a):
     f = lambda e, key: "n/a" if key not in e else f"{e[key]:.3f}"
     print(
         f"rl {r['mode']}: {r['steps']} steps, {r['prompts']} prompts (from {r['init']}) in {r['seconds']:.0f}s; "
-        f"{r['step_s']:.2f}s/step, rollouts {r['rollout_tokens_per_s']:.0f} tok/s, training {r['train_tokens_per_s']:.0f} tok/s"
+        f"{r['step_s']:.2f}s/step, rollouts {r['rollout_tokens_per_s']:.0f} tok/s, training "
+        f"{r['train_tokens_per_s']:.0f} tok/s"
     )
     print(
-        f"held-out pass@1 {f(e0, 'pass_at_1')} -> {f(e1, 'pass_at_1')}, best-of-{k} {f(e0, f'best_of_{k}')} -> {f(e1, f'best_of_{k}')}; "
-        f"mismatch |log p_train - log p_sample| with replay {r['mismatch_replay_mean']:.2e}, without {r['mismatch_noreplay_mean']:.2e}"
+        f"held-out pass@1 {f(e0, 'pass_at_1')} -> {f(e1, 'pass_at_1')}, best-of-{k} {f(e0, f'best_of_{k}')} -> "
+        f"{f(e1, f'best_of_{k}')}; mismatch |log p_train - log p_sample| with replay {r['mismatch_replay_mean']:.2e}, "
+        f"without {r['mismatch_noreplay_mean']:.2e}"
     )
     print(f"run: {run_dir(cfg)}")
 
@@ -331,7 +336,8 @@ def cmd_study_status(a):
 
 # %% ../nbs/99_cli.ipynb #23c008-14
 def cmd_study_index(a):
-    "Rebuild the results index; with the default results folder, also the study table of README.md (between its markers)."
+    """Rebuild the results index; with the default results folder, also the study table of README.md (between its
+    markers)."""
     from composer2.config import repo_root
     from composer2.studies.runner import build_index, update_readme
 
@@ -483,7 +489,8 @@ def parser() -> argparse.ArgumentParser:
         dest="policy",
         required=True,
         metavar="POLICY",
-        help="a checkpoint (.pt of a pretraining stage, SFT or an RL run) or hf:DIR (a Hugging Face directory: one `c2 export` wrote, or any chat model with a chat template)",
+        help="a checkpoint (.pt of a pretraining stage, SFT or an RL run) or hf:DIR (a Hugging Face directory: one "
+        "`c2 export` wrote, or any chat model with a chat template)",
     )
     q.add_argument(
         "--against", default=None, metavar="POLICY", help="a second policy: the paired change (same sampling streams)"
@@ -600,8 +607,8 @@ def main(argv=None):
 
 # %% ../nbs/99_cli.ipynb #23c008b
 def cmd_tasks_eval(a):
-    """`c2 tasks eval`: `composer2.rl.rollout.evaluate_checkpoint` (or, for `hf:DIR`, `composer2.interop.hf.evaluate_hf`) of the
-    policy and of `--against`, then `pass_table`."""
+    """`c2 tasks eval`: `composer2.rl.rollout.evaluate_checkpoint` (or, for `hf:DIR`,
+    `composer2.interop.hf.evaluate_hf`) of the policy and of `--against`, then `pass_table`."""
     from tqdm.auto import tqdm
     from composer2.data.corpus import open_data
     from composer2.rl.rollout import evaluate_checkpoint, pass_table

@@ -157,13 +157,15 @@ class PretrainConfig:
     sft_oracle_share: float = opt(0.5, lo=0.0, hi=1.0, doc="share of the SFT examples that are oracle trajectories")
     sft_summaries: bool = opt(
         False,
-        doc="the oracle works within the rollout context (rl_context) and summarises when it fills (rl.summary_trigger): its trajectories teach the self-summary format",
+        doc="the oracle works within the rollout context (rl_context) and summarises when it fills "
+        "(rl.summary_trigger): its trajectories teach the self-summary format",
     )
     sft_pretrain_mix: float = opt(
         0.0,
         lo=0.0,
         hi=1.0,
-        doc="share of SFT rows that are code windows of the pretraining data (keeps base ability); each weighs as much as an average transcript row",
+        doc="share of SFT rows that are code windows of the pretraining data (keeps base ability); each weighs as much "
+        "as an average transcript row",
     )
     ckpt_every: int = opt(10, lo=1, doc="steps between resumable checkpoints")
     log_every: int = opt(5, lo=1)
@@ -208,7 +210,8 @@ class TasksConfig:
     suite: str = opt("synthetic", choices=SUITES)
     c2bench_version: str = opt(
         "v1",
-        doc="which shipped c2bench tier the c2bench suite loads (v1: one-site mutations; v2: bigger changes, whose judges run whole package test suites: give them sandbox.timeout 300)",
+        doc="which shipped c2bench tier the c2bench suite loads (v1: one-site mutations; v2: bigger changes, whose "
+        "judges run whole package test suites: give them sandbox.timeout 300)",
     )
     n_train: int = opt(200, lo=1)
     n_eval: int = opt(50, lo=1)
@@ -273,18 +276,22 @@ class RLConfig:
     overlong_mask: bool = opt(False, doc="drop rollouts cut off by the length limit from the loss")
     overlong_penalties: bool = opt(
         False,
-        doc="with overlong_mask, train a cut-off rollout on the penalties of its tool calls (malformed, failed) against its group's mean of them instead of dropping it: the mask hides the unknown outcome, not the calls the policy already got wrong",
+        doc="with overlong_mask, train a cut-off rollout on the penalties of its tool calls (malformed, failed) "
+        "against its group's mean of them instead of dropping it: the mask hides the unknown outcome, not the calls "
+        "the policy already got wrong",
     )
     overlong_clip: bool = opt(
         False,
-        doc="with overlong_penalties, clip a cut-off rollout's advantage at 0: its wrong calls cost, but running out of turns with fewer of them than its group is never rewarded",
+        doc="with overlong_penalties, clip a cut-off rollout's advantage at 0: its wrong calls cost, but running out "
+        "of turns with fewer of them than its group is never rewarded",
     )
     kl_estimator: str = opt("k1", choices=["k1", "k2", "k3"])
     kl_coef: float = opt(0.0, lo=0.0)
     router_replay: bool = opt(True)
     update_router_bias: bool = opt(
         False,
-        doc="keep the aux-loss-free router-bias balancing running during RL; off (default), routing moves only with the policy's gradient, not with a load statistic unrelated to reward",
+        doc="keep the aux-loss-free router-bias balancing running during RL; off (default), routing moves only with "
+        "the policy's gradient, not with a load statistic unrelated to reward",
     )
     metric_rows: int = opt(
         8,
@@ -329,7 +336,8 @@ class RLConfig:
     eval_every: int = opt(10, lo=1)
     eval_at_start: bool = opt(
         True,
-        doc="evaluate the initial weights at step 0 (off: a run whose step-0 evaluation another run already made, same weights and sampling streams)",
+        doc="evaluate the initial weights at step 0 (off: a run whose step-0 evaluation another run already made, same "
+        "weights and sampling streams)",
     )
     eval_k: int = opt(8, lo=1, doc="samples per eval prompt for pass@1 and best-of-K")
     eval_concurrency: int = opt(
@@ -341,21 +349,25 @@ class RLConfig:
     sampler_dtype: str = opt(
         "float32",
         choices=["float32", "bfloat16"],
-        doc="precision of the rollout workers' engines (the trainer stays float32): bfloat16 opens the train/inference numerics gap the report's router replay closes",
+        doc="precision of the rollout workers' engines (the trainer stays float32): bfloat16 opens the train/inference "
+        "numerics gap the report's router replay closes",
     )
     eval_prompts: int = opt(0, lo=0, doc="held-out prompts per evaluation; 0 means all of tasks.n_eval")
     seed: int = opt(
         0,
-        doc="prompt order, the trainer's RNG and the training rollouts' streams (train, seed, prompt, j): runs with one seed are paired",
+        doc="prompt order, the trainer's RNG and the training rollouts' streams (train, seed, prompt, j): runs with "
+        "one seed are paired",
     )
     eval_seed: int = opt(
         0,
-        doc="held-out evaluations' streams (eval, eval_seed, task, j): evaluations with one eval_seed are paired episode by episode",
+        doc="held-out evaluations' streams (eval, eval_seed, task, j): evaluations with one eval_seed are paired "
+        "episode by episode",
     )
     ckpt_every: int = opt(5, lo=1)
     init: str = opt(
         "sft",
-        doc="'sft' starts from the pretraining pipeline's SFT checkpoint, 'scratch' from a fresh model, else a checkpoint path",
+        doc="'sft' starts from the pretraining pipeline's SFT checkpoint, 'scratch' from a fresh model, else a "
+        "checkpoint path",
     )
 
 # %% ../nbs/01_config.ipynb #00c007-10
@@ -411,11 +423,13 @@ def validate(cfg, prefix=""):
             ),
             (
                 m.expert_backend != "mxfp8" or (m.d_model % 32 == 0 and m.expert_hidden % 32 == 0),
-                "model.expert_backend=mxfp8 needs model.d_model and model.expert_hidden to be multiples of 32 (the MX block)",
+                "model.expert_backend=mxfp8 needs model.d_model and model.expert_hidden to be multiples of 32 (the MX "
+                "block)",
             ),
             (
                 m.expert_backend != "nvfp4" or (m.d_model % 16 == 0 and m.expert_hidden % 16 == 0),
-                "model.expert_backend=nvfp4 needs model.d_model and model.expert_hidden to be multiples of 16 (the NVFP4 block)",
+                "model.expert_backend=nvfp4 needs model.d_model and model.expert_hidden to be multiples of 16 (the "
+                "NVFP4 block)",
             ),
         ]
         for ok, msg in rules:

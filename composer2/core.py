@@ -17,7 +17,8 @@ class C2Error(Exception):
 
 
 class Preempted(C2Error):
-    "A long job (a pretraining stage, an RL run) stopped on SIGTERM/SIGUSR2 after saving its checkpoint: the same command resumes it. The CLI exits 75."
+    """A long job (a pretraining stage, an RL run) stopped on SIGTERM/SIGUSR2 after saving its checkpoint: the same
+    command resumes it. The CLI exits 75."""
 
 # %% ../nbs/00_core.ipynb #69a0fc6a
 def _pid_alive(pid: int) -> bool:
@@ -82,7 +83,8 @@ def read_jsonl(path: Path | str, warn=None) -> list[dict]:
         except ValueError:
             if i < len(lines) - 1:
                 raise C2Error(
-                    f"{path} line {i + 1} is not JSON: the file is damaged; delete it (and the run's checkpoint) to restart"
+                    f"{path} line {i + 1} is not JSON: the file is damaged; delete it (and the run's checkpoint) to "
+                    "restart"
                 ) from None
             if warn:
                 warn(f"{path}: dropped a torn last line ({len(l)} characters): its writer was interrupted")

@@ -1,9 +1,9 @@
 """The library's shape, checked from its files: modules live in folders by concern (`composer2/FOLDER/MODULE.py`, a few
 shared ones at the top), dependencies point down the notebook order (no module imports a module of a later notebook,
 so there is no import cycle, and a lazy `"composer2.x.y:function"` string points down too), no notebook imports a later
-notebook's module, a folder's notebooks are numbered together, no module takes another folder's private name, and
-export cells stay small. Each import is found by parsing (`ast`), including imports inside functions, which an
-import-time check would miss."""
+notebook's module, a folder's notebooks are numbered together, no module takes another folder's private name,
+export cells stay small, and no line of a module passes 120 characters. Each import is found by parsing (`ast`),
+including imports inside functions, which an import-time check would miss."""
 
 import ast, json, re
 from pathlib import Path
@@ -13,6 +13,7 @@ NBS = sorted((ROOT / "nbs").glob("*.ipynb"))
 PKG = ROOT / "composer2"
 # in ruff-formatted lines: formatting (one statement per line) took the same cells from a mean of 16.1 lines to 22.9
 MAX_MEAN_EXPORT_CELL_LINES = 28
+MAX_LINE = 120  # ruff's line length; it does not wrap docstrings, comments or string literals: the notebooks do
 LAZY = re.compile(r"composer2\.([\w.]+?)(?::\w+)?")
 
 
@@ -157,3 +158,27 @@ def test_export_cells_are_small():
     ]
     mean = sum(lines) / len(lines)
     assert mean < MAX_MEAN_EXPORT_CELL_LINES, f"export cells average {mean:.1f} lines ({len(lines)} cells)"
+
+
+def long_lines(text: str) -> list[int]:
+    """Numbers of the lines of a module's `text` over MAX_LINE characters, but for two that nbdev writes itself: line 1,
+    the module docstring, from the notebook's one `> ` summary line, and `__all__ = [...]`, which it wraps at MAX_LINE
+    characters before adding its 10-character prefix."""
+    return [
+        i
+        for i, line in enumerate(text.splitlines(), 1)
+        if len(line) > MAX_LINE
+        and not (i == 1 and line.startswith('"""'))
+        and not (line.startswith("__all__ = [") and len(line) <= MAX_LINE + len("__all__ = "))
+    ]
+
+
+def test_module_lines_fit():
+    assert long_lines(f'"""{"d" * MAX_LINE}"""\nx = 1  # {"c" * MAX_LINE}\n"{"s" * MAX_LINE}"\n') == [2, 3]
+    long = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in sorted(PKG.rglob("*.py"))
+        if p.name != "_modidx.py"
+        for i in long_lines(p.read_text())
+    ]
+    assert not long, f"lines over {MAX_LINE} characters (wrap them in their notebook): " + ", ".join(long)

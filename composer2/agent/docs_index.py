@@ -47,7 +47,8 @@ def doc_sources(root: Path | str | None = None) -> list[tuple[str, Path]]:
 # %% ../../nbs/62_docs_index.ipynb #docs-ent
 @dataclass(frozen=True)
 class DocEntry:
-    "One public API: `module.qualname`, its signature, where it is defined, and its docstring's first paragraph (or '')."
+    """One public API: `module.qualname`, its signature, where it is defined, and its docstring's first paragraph (or
+    '')."""
 
     name: str
     signature: str
@@ -121,7 +122,8 @@ def doc_words(text: str) -> list[str]:
 
 
 class DocsIndex:
-    "BM25 (k1 1.2, b 0.75) over `entries`: the words of each qualified name counted twice, its signature's and its docstring's."
+    """BM25 (k1 1.2, b 0.75) over `entries`: the words of each qualified name counted twice, its signature's and its
+    docstring's."""
 
     def __init__(self, entries: list[DocEntry], k1: float = 1.2, b: float = 0.75):
         self.entries, self.k1, self.b = entries, k1, b

@@ -32,8 +32,8 @@ def read_workspace(
     workspace: Path | str, max_bytes: int = MAX_FILE_BYTES, max_total: int = 8 << 20, max_files: int = 2000
 ) -> dict[str, str]:
     """{relative path: text} of the regular UTF-8 files under `workspace` (caches skipped), read through `read_beneath`
-    (no link followed, no FIFO opened); files over `max_bytes` are left out, and reading stops after `max_total` bytes or
-    `max_files` files: what a command leaves cannot make the host read more. Odd names come back `printable`."""
+    (no link followed, no FIFO opened); files over `max_bytes` are left out, and reading stops after `max_total` bytes
+    or `max_files` files: what a command leaves cannot make the host read more. Odd names come back `printable`."""
     out, budget = {}, max_total
     for rel in list_beneath(workspace, ".", max_bytes=max_bytes, max_files=max_files, hidden=True):
         if budget <= 0:
@@ -295,7 +295,8 @@ def run_episode(
 def run_episodes(
     tasks: list[Task], make_policy: Callable[[Task], object], cfg: Config, workers: int | None = None, **kw
 ) -> list[Episode]:
-    "`run_episode` over `tasks` on `workers` threads (default cfg.sandbox.workers); `make_policy(task)` gives each its policy."
+    """`run_episode` over `tasks` on `workers` threads (default cfg.sandbox.workers); `make_policy(task)` gives each its
+    policy."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max(1, min(workers or cfg.sandbox.workers, len(tasks) or 1))) as ex:

@@ -148,14 +148,16 @@ class OraclePolicy:
         return self.plan[self.turn - 1] if self.turn <= len(self.plan) else _turn([("finish", {"message": "Done."})])
 
     def _full(self, messages) -> bool:
-        "Whether the current segment has reached the trigger (counted as `run_episode` counts) with a turn since the last summary."
+        """Whether the current segment has reached the trigger (counted as `run_episode` counts) with a turn since the
+        last summary."""
         last = max((i for i, m in enumerate(messages) if summary_text(m) is not None), default=-1)
         if not any(m.role == "assistant" for m in messages[last + 1 :]):
             return False
         return sum(self.count(m.text) + 2 for m in context_segments(messages)[-1]) + 1 >= self.trigger * self.context
 
     def _summary(self) -> str:
-        "What the rest of the task needs: the task, the checklist with what is done, config.py's constants once read, the next file."
+        """What the rest of the task needs: the task, the checklist with what is done, config.py's constants once read,
+        the next file."""
         t = self.task
         fixed = [p for p, i in self.fix_turn.items() if i < self.turn]
         todo = [p for p in self.fix_turn if p not in fixed]

@@ -79,7 +79,8 @@ class Param:
 # %% ../../nbs/60_protocol.ipynb #13c009-1
 @dataclass(frozen=True)
 class ToolSpec:
-    "A tool and its parameters; an `opt_in` tool is offered (listed in the system prompt) only when a config asks for it."
+    """A tool and its parameters; an `opt_in` tool is offered (listed in the system prompt) only when a config asks for
+    it."""
 
     name: str
     params: tuple[Param, ...]
@@ -149,8 +150,8 @@ def make_system_prompt(opt_in=()) -> str:
     tools = [t for t in TOOLS.values() if not t.opt_in or t.name in opt_in]
     return (
         "You are a coding agent in /workspace; paths are relative to it. Call tools as "
-        f'{TOOL_CALL}{{"name": ..., "arguments": {{...}}}}{END_TOOL_CALL}; the calls of a turn run in parallel and their results '
-        f"come back in order, each as {TOOL_RESULT}...{END_TOOL_RESULT}. Tools: "
+        f'{TOOL_CALL}{{"name": ..., "arguments": {{...}}}}{END_TOOL_CALL}; the calls of a turn run in parallel and '
+        f"their results come back in order, each as {TOOL_RESULT}...{END_TOOL_RESULT}. Tools: "
         + ", ".join(t.signature() for t in tools)
         + f". Think inside {THINK}...{END_THINK}. Finish every to-do item, then call finish."
     )
@@ -347,7 +348,8 @@ class Transcript:
         return self.messages[i]
 
     def render(self, data, generation_prompt: bool = False) -> tuple[list[int], list[int]]:
-        "(ids, mask): the model's tokens have mask 1. `generation_prompt` appends `<|assistant|>` (mask 0) to generate from."
+        """(ids, mask): the model's tokens have mask 1. `generation_prompt` appends `<|assistant|>` (mask 0) to generate
+        from."""
         c, ids, mask = _Codec(data), [], []
         for m in self.messages:
             op, cl = _WRAP[m.role]
@@ -393,8 +395,8 @@ def summary_text(m: Message) -> str | None:
 
 
 def resume_context(messages, cut: int, summary: str | None) -> tuple[list[Message], list[Message]]:
-    """The context a new segment starts from after a cut at message `cut` (where the summary request goes): (`fixed`, the
-    head -- the system prompt and the task -- then `summary` as a `summary` message when there is one; `recent`, the
+    """The context a new segment starts from after a cut at message `cut` (where the summary request goes): (`fixed`,
+    the head -- the system prompt and the task -- then `summary` as a `summary` message when there is one; `recent`, the
     last assistant turn before the cut with its tool results). `recent` is what a short context may trim."""
     msgs = list(messages)
     head = [m for m in msgs[:2] if m.role in ("system", "user")]

@@ -118,9 +118,10 @@ def ruff_path() -> str:
 
 # %% ../../nbs/64_rewards.ipynb #10c011-2
 def ruff_findings(files: Mapping[str, str], select=STYLE_RULES) -> dict[str, list[dict]]:
-    """Ruff's findings {path: [{code, row, line, message}]} for {relative path: text}, checked in isolation from any config.
-    A function of the texts and rules alone, so it is memoised (the last 4096 sets): a task's original files, and the
-    trees its episodes leave alike, are checked once rather than once per episode (two ruff processes an episode)."""
+    """Ruff's findings {path: [{code, row, line, message}]} for {relative path: text}, checked in isolation from any
+    config. A function of the texts and rules alone, so it is memoised (the last 4096 sets): a task's original files,
+    and the trees its episodes leave alike, are checked once rather than once per episode (two ruff processes an
+    episode)."""
     found = _ruff_memo(tuple(files.items()), tuple(select))
     return {rel: [dict(f) for f in fs] for rel, fs in found.items()}  # copies: the memo's own stay as ruff gave them
 
@@ -190,7 +191,8 @@ def _ruff_memo(items: tuple, select: tuple) -> dict[str, list[dict]]:
 
 # %% ../../nbs/64_rewards.ipynb #10c011-3
 def new_style_findings(files: Mapping[str, str], original: Mapping[str, str]) -> list[str]:
-    "Findings in `files` that their `original` versions did not have (matched by rule and source line), as `path:row: code message`."
+    """Findings in `files` that their `original` versions did not have (matched by rule and source line), as `path:row:
+    code message`."""
     before = ruff_findings({rel: original[rel] for rel in files if rel in original})
     after = ruff_findings(files)
     new = []
@@ -278,8 +280,9 @@ REWARD_MAX_FILES, REWARD_MAX_BYTES = 200, 4 << 20  # what the style terms read o
 
 # %% ../../nbs/64_rewards.ipynb #10c017-3
 def changed_python_files(workspace: Path | str, original_files: Mapping[str, str] | None, edited=()) -> dict[str, str]:
-    """{path: text} of the workspace's Python files that are new or differ from `original_files`, plus `edited` ones; read
-    through `composer2.sandbox.paths.read_beneath` (no link followed, no FIFO opened, capped in number and bytes)."""
+    """{path: text} of the workspace's Python files that are new or differ from `original_files`, plus `edited` ones;
+    read through `composer2.sandbox.paths.read_beneath` (no link followed, no FIFO opened, capped in number and
+    bytes)."""
     from composer2.sandbox.paths import list_beneath, printable, read_bytes_beneath
 
     original, out, budget = original_files or {}, {}, REWARD_MAX_BYTES

@@ -211,7 +211,8 @@ TEXT_SUFFIXES = (
 def workspace_files(
     root: Path | str, suffixes: tuple[str, ...] | None = None, max_bytes: int = MAX_FILE_BYTES, max_files: int = 5000
 ) -> list[str]:
-    "Paths relative to `root` of its regular files (ending in `suffixes`), sorted; hidden and cache dirs skipped, links never followed (`list_beneath`)."
+    """Paths relative to `root` of its regular files (ending in `suffixes`), sorted; hidden and cache dirs skipped,
+    links never followed (`list_beneath`)."""
     return list_beneath(root, ".", suffixes, max_bytes=max_bytes, max_files=max_files)
 
 # %% ../../nbs/61_search.ipynb #13c017-8
@@ -223,9 +224,9 @@ INDEX_MAX_NEW = 32  # chunks not embedded before that one search embeds at most 
 
 # %% ../../nbs/61_search.ipynb #13c017-9
 class SemanticIndex:
-    """Embedding search over the code of a workspace; re-reads the files at each search (through `read_beneath`: no link is
-    followed, a FIFO never blocks) and re-chunks only what changed; at most `INDEX_MAX_BYTES` of text and `INDEX_MAX_CHUNKS` chunks.
-    A search embeds at most `max_new` chunks not seen before."""
+    """Embedding search over the code of a workspace; re-reads the files at each search (through `read_beneath`: no link
+    is followed, a FIFO never blocks) and re-chunks only what changed; at most `INDEX_MAX_BYTES` of text and
+    `INDEX_MAX_CHUNKS` chunks. A search embeds at most `max_new` chunks not seen before."""
 
     def __init__(
         self,

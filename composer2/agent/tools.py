@@ -134,7 +134,8 @@ class Toolbox:
         return self.execute(parse_turn(text))
 
     def _run(self, call: ToolCall) -> ToolResult:
-        "Run one call. Never raises (but on KeyboardInterrupt): whatever goes wrong is a failed call the model reads about."
+        """Run one call. Never raises (but on KeyboardInterrupt): whatever goes wrong is a failed call the model reads
+        about."""
         try:
             out, ok = getattr(self, f"_{call.name}")(**call.arguments), True
         except ToolError as e:
@@ -306,8 +307,8 @@ class Toolbox:
         return out
 
     def _docs_search(self, query: str, k: int = 5) -> str:
-        """The standard library's documentation (`composer2.agent.docs_index`): cited snippets, read on the host, never the
-        workspace, and nothing of what the sandbox hides (the originals of the task's own modules)."""
+        """The standard library's documentation (`composer2.agent.docs_index`): cited snippets, read on the host, never
+        the workspace, and nothing of what the sandbox hides (the originals of the task's own modules)."""
         if not query.strip():
             raise ToolError("the query is empty")
         return docs_search(query, max(1, min(k, 20)), hidden=getattr(self.sandbox, "hidden", ()))

@@ -91,7 +91,8 @@ def _walk(root: Path, prefix: str) -> list[SourceFile]:
 
 # %% ../../nbs/10_data.ipynb #01c007-sd
 def stdlib_dir() -> Path:
-    "The standard library of the running interpreter (under `sys.base_prefix` for a venv): the code corpus, c2bench and `docs_search` read it."
+    """The standard library of the running interpreter (under `sys.base_prefix` for a venv): the code corpus, c2bench
+    and `docs_search` read it."""
     return Path(sysconfig.get_paths()["stdlib"])
 
 # %% ../../nbs/10_data.ipynb #01c007-4
@@ -295,7 +296,8 @@ def build_data(cfg: Config | DataConfig, progress: bool = True, force: bool = Fa
 
 # %% ../../nbs/10_data.ipynb #01c020
 class TokenizerFile:
-    "The tokenizer of a directory's `tokenizer.json` (`tokenizer`, `vocab_size`, `encode`, `decode`): what the agent harness reads."
+    """The tokenizer of a directory's `tokenizer.json` (`tokenizer`, `vocab_size`, `encode`, `decode`): what the agent
+    harness reads."""
 
     def __init__(self, path):
         from tokenizers import Tokenizer

@@ -326,7 +326,8 @@ def export_hf(model: MoETransformer, out, data=None) -> Path:
 # %% ../../nbs/95_hf.ipynb #22c19e-3
 def import_hf(path) -> MoETransformer:
     """The composer2 model of a Hugging Face directory: one `export_hf` wrote (bit-exact, MTP modules included) or any
-    `Ernie4_5_MoeForCausalLM` / `Glm4MoeForCausalLM` checkpoint (no MTP modules). A directory that is not one is one line."""
+    `Ernie4_5_MoeForCausalLM` / `Glm4MoeForCausalLM` checkpoint (no MTP modules). A directory that is not one is one
+    line."""
     from transformers import AutoConfig, AutoModelForCausalLM
     from safetensors.torch import load_file
 
@@ -355,7 +356,8 @@ def import_hf(path) -> MoETransformer:
 
 # %% ../../nbs/95_hf.ipynb #22c19h
 class TokenizerData(TokenizerFile):
-    "What the harness reads of a `DataDir` (`composer2.data.corpus.TokenizerFile`), over a Hugging Face directory's `tokenizer.json`."
+    """What the harness reads of a `DataDir` (`composer2.data.corpus.TokenizerFile`), over a Hugging Face directory's
+    `tokenizer.json`."""
 
     def __init__(self, path):
         if not (Path(path) / "tokenizer.json").is_file():
@@ -389,7 +391,8 @@ class HFServer:
 
     @torch.no_grad()
     def generate(self, sid: int, new: list[int], max_new_tokens: int, stop_ids=(1,), reset: bool = False) -> Generation:
-        "As `DecodeServer.generate`: feed `new` after the sequence (emptied with `reset`), sample up to a stop token; blocks."
+        """As `DecodeServer.generate`: feed `new` after the sequence (emptied with `reset`), sample up to a stop token;
+        blocks."""
         with self._lock:
             t0, st = time.perf_counter(), self.seqs[sid]
             ids = ([] if reset else st[0]) + list(new)
@@ -431,7 +434,8 @@ class HFServer:
 
 # %% ../../nbs/95_hf.ipynb #22c19h-r
 def chat_roles(tok) -> dict[str, str]:
-    "{our role: the chat template's role}: `tool_result` -> 'tool' when the template renders a tool message, else 'user'."
+    """{our role: the chat template's role}: `tool_result` -> 'tool' when the template renders a tool message, else
+    'user'."""
     probe = [
         dict(role="system", content="s"),
         dict(role="user", content="u"),
@@ -457,8 +461,8 @@ def turn_end_ids(tok) -> list[int]:
 
 # %% ../../nbs/95_hf.ipynb #22c19h-p
 class ChatPolicy:
-    """Any local Hugging Face chat model `hf` with its tokenizer `tok` as a harness policy (see above): `act` renders the
-    transcript with the model's chat template, samples up to `max_new_tokens` or a `turn_end_ids` token (greedy at
+    """Any local Hugging Face chat model `hf` with its tokenizer `tok` as a harness policy (see above): `act` renders
+    the transcript with the model's chat template, samples up to `max_new_tokens` or a `turn_end_ids` token (greedy at
     temperature 0; else seeded by `stream`, turn by turn) and returns the reply's text, special tokens kept (ours are
     the tool-call markers of an exported composer2 model). A turn whose prompt and reply would pass `max_context` tokens
     is empty (which ends the episode). `generated` counts the sampled tokens, `prefill` the prompt tokens encoded (the
@@ -526,9 +530,9 @@ class ChatPolicy:
 # %% ../../nbs/95_hf.ipynb #22c19h-e
 def evaluate_chat(cfg: Config, path, tasks: list, k: int, seed: int = 0, on_progress=None) -> list[dict]:
     """`k` episodes of each task by the chat model at `path` through `ChatPolicy` (`cfg.rl`'s temperature and
-    max_new_tokens, the context of `rl_context`; sample j of a task seeded by the stream (seed, task, j)), one at a time in the harness's sandboxes:
-    per task the results of `Rollouts.evaluate` (an episode that raised counts as unsolved, reward 0, in `errors`); its
-    `prefill` is the chat path's own (the whole transcript re-encoded every turn)."""
+    max_new_tokens, the context of `rl_context`; sample j of a task seeded by the stream (seed, task, j)), one at a time
+    in the harness's sandboxes: per task the results of `Rollouts.evaluate` (an episode that raised counts as unsolved,
+    reward 0, in `errors`); its `prefill` is the chat path's own (the whole transcript re-encoded every turn)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from composer2.agent.episode import run_episode
     from composer2.config import rl_context
@@ -579,7 +583,8 @@ def evaluate_chat(cfg: Config, path, tasks: list, k: int, seed: int = 0, on_prog
 
 # %% ../../nbs/95_hf.ipynb #22c19h-2
 def speaks_composer2(path) -> bool:
-    "Whether the Hugging Face directory's tokenizer carries composer2's agent-format special tokens (an `export_hf` directory)."
+    """Whether the Hugging Face directory's tokenizer carries composer2's agent-format special tokens (an `export_hf`
+    directory)."""
     if not (Path(path) / "tokenizer.json").is_file():
         return False
     tok = TokenizerData(path).tokenizer
@@ -587,8 +592,9 @@ def speaks_composer2(path) -> bool:
 
 
 def evaluate_hf(cfg: Config, path, tasks: list, k: int, seed: int = 0, on_progress=None) -> list[dict]:
-    """`composer2.rl.rollout.evaluate_checkpoint` for the Hugging Face directory `path`: an exported composer2 model through
-    `HFServer`, `EnginePolicy` and `Rollouts`, any other chat model through `evaluate_chat`; the same per-task results."""
+    """`composer2.rl.rollout.evaluate_checkpoint` for the Hugging Face directory `path`: an exported composer2 model
+    through `HFServer`, `EnginePolicy` and `Rollouts`, any other chat model through `evaluate_chat`; the same per-task
+    results."""
     from transformers import AutoModelForCausalLM
     from composer2.rl.rollout import Rollouts
 

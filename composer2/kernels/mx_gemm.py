@@ -259,7 +259,8 @@ _wgrad_tuned = {k: _tuned(_mx_wgrad_kernel, v, ["P", "Q", "DOT_SCALED"]) for k, 
 
 # %% ../../nbs/21_mx_gemm.ipynb #06c024
 def default_impl(device=None) -> str:
-    "'dot_scaled' where the GPU has block-scaled MMA (sm_100+) and in the interpreter, else 'fp8' (fp8 MMA per 32-block)."
+    """'dot_scaled' where the GPU has block-scaled MMA (sm_100+) and in the interpreter, else 'fp8' (fp8 MMA per
+    32-block)."""
     if INTERPRET or not torch.cuda.is_available():
         return "dot_scaled"  # fewest interpreted loop steps
     return "dot_scaled" if torch.cuda.get_device_capability(device)[0] >= 10 else "fp8"

@@ -419,7 +419,8 @@ def from_mx(data, scale, dim=-1, dtype=torch.float32):
     if data.shape[dim] % BLOCK or list(scale.shape) != want:
         raise _err(
             "scale",
-            f"shape {tuple(scale.shape)} does not match data {tuple(data.shape)} blocked along dim {dim} (expected {tuple(want)})",
+            f"shape {tuple(scale.shape)} does not match data {tuple(data.shape)} blocked along dim {dim} (expected "
+            f"{tuple(want)})",
         )
     f = _e8m0_to_f32(scale.view(torch.uint8)).repeat_interleave(BLOCK, dim)
     return (data.float() * f).to(dtype)

@@ -48,8 +48,8 @@ static inline v8 exp8_nonpositive(v8 x) {
 
 /* sc[g * ld + i] = q[g] . (key i of a tile [D, TILE]) for G <= 3 query heads: 4G accumulators in registers, each row
    of the tile loaded once for all G heads (G is a constant at every call, so the loops unroll). */
-static inline void tile_scores(const float *restrict q, const float *restrict tile, float *restrict sc, const int64_t ld,
-                               const int64_t D, const int G) {
+static inline void tile_scores(const float *restrict q, const float *restrict tile, float *restrict sc,
+                               const int64_t ld, const int64_t D, const int G) {
     v8 a[3][TILE / 8];
     for (int g = 0; g < G; g++) for (int j = 0; j < TILE / 8; j++) a[g][j] = splat(0.0f);
     for (int64_t d = 0; d < D; d++) {
@@ -79,13 +79,13 @@ static inline void tile_values(const float *restrict p, const int64_t ld, const 
     for (int g = 0; g < G; g++) for (int j = 0; j < NV; j++) *(v8 *)(acc + g * D + 8 * j) = a[g][j];
 }
 
-/* The G query heads q [G, D] that share one key head, against its keys kt (tiles of [D, TILE], tile_stride floats apart),
-   values v [S, D] and mask m [S]: o [G, D]. D is a multiple of 8. sc is scratch for G rows of S rounded up to whole tiles.
-   Heads go in blocks of 3 and dimensions in blocks of 32, so that every inner product keeps its sums in registers; tiles
-   with no slot seen are skipped. */
-static void key_head(const float *restrict q, const float *restrict kt, const int64_t tile_stride, const float *restrict v,
-                     const uint8_t *restrict m, float *restrict o, float *restrict sc, const int64_t G, const int64_t S,
-                     const int64_t D, const float scale) {
+/* The G query heads q [G, D] that share one key head, against its keys kt (tiles of [D, TILE], tile_stride floats
+   apart), values v [S, D] and mask m [S]: o [G, D]. D is a multiple of 8. sc is scratch for G rows of S rounded up to
+   whole tiles. Heads go in blocks of 3 and dimensions in blocks of 32, so that every inner product keeps its sums in
+   registers; tiles with no slot seen are skipped. */
+static void key_head(const float *restrict q, const float *restrict kt, const int64_t tile_stride,
+                     const float *restrict v, const uint8_t *restrict m, float *restrict o, float *restrict sc,
+                     const int64_t G, const int64_t S, const int64_t D, const float scale) {
     const int64_t nt = (S + TILE - 1) / TILE, ld = nt * TILE;
     float qs[G * D], inv[G];
     uint8_t live[nt];
@@ -106,7 +106,8 @@ static void key_head(const float *restrict q, const float *restrict kt, const in
         for (int64_t g = 0; g < G; g++)
             for (int64_t i = 0; i < TILE; i++) sc[g * ld + s0 + i] = seen[i] ? sc[g * ld + s0 + i] : -INFINITY;
     }
-    for (int64_t g = 0; g < G; g++) {                               /* softmax numerators in place; masked slots exactly 0 */
+    /* softmax numerators in place; masked slots exactly 0 */
+    for (int64_t g = 0; g < G; g++) {
         float *row = sc + g * ld, top = -INFINITY, sum = 0.0f;
         for (int64_t t = 0; t < nt; t++)
             if (live[t])
@@ -132,8 +133,13 @@ static void key_head(const float *restrict q, const float *restrict kt, const in
                 const float *p = sc + g0 * ld + s0, *vt = v + s0 * D + d0;
                 float *acc = o + g0 * D + d0;
                 const int gb = G - g0 < 3 ? G - g0 : 3, nv = (D - d0) / 8 < 4 ? (D - d0) / 8 : 4;
-                #define TV(GG, NV) case 4 * GG + NV: tile_values(p, ld, vt, D, n, acc, GG, NV); break;   /* constant shapes: unrolled */
-                switch (4 * gb + nv) { TV(3, 4) TV(3, 3) TV(3, 2) TV(3, 1) TV(2, 4) TV(2, 3) TV(2, 2) TV(2, 1) TV(1, 4) TV(1, 3) TV(1, 2) TV(1, 1) }
+                /* constant shapes: unrolled */
+                #define TV(GG, NV) case 4 * GG + NV: tile_values(p, ld, vt, D, n, acc, GG, NV); break;
+                switch (4 * gb + nv) {
+                    TV(3, 4) TV(3, 3) TV(3, 2) TV(3, 1)
+                    TV(2, 4) TV(2, 3) TV(2, 2) TV(2, 1)
+                    TV(1, 4) TV(1, 3) TV(1, 2) TV(1, 1)
+                }
                 #undef TV
             }
     }
@@ -144,30 +150,32 @@ static void key_head(const float *restrict q, const float *restrict kt, const in
    head h at kt + r * k_row + h * k_head (tiles k_tile floats apart), its values at v + r * v_row + h * v_head, [S, D];
    mask [B, S] with rows m_row apart; scratch for H / Hkv rows of S rounded up to whole tiles. Query heads
    h * G .. h * G + G - 1 share key head h. */
-void c2_tiled_decode_attention(const float *q, const float *kt, const float *v, const uint8_t *mask, const int64_t *rows,
-                               float *out, float *scratch, int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t D,
-                               int64_t k_row, int64_t k_head, int64_t k_tile, int64_t v_row, int64_t v_head, int64_t m_row,
-                               float scale) {
+void c2_tiled_decode_attention(const float *q, const float *kt, const float *v, const uint8_t *mask,
+                               const int64_t *rows, float *out, float *scratch, int64_t B, int64_t H, int64_t Hkv,
+                               int64_t S, int64_t D, int64_t k_row, int64_t k_head, int64_t k_tile, int64_t v_row,
+                               int64_t v_head, int64_t m_row, float scale) {
     const int64_t G = H / Hkv;
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hkv; h++)
-            key_head(q + (b * H + h * G) * D, kt + rows[b] * k_row + h * k_head, k_tile, v + rows[b] * v_row + h * v_head,
-                     mask + b * m_row, out + (b * H + h * G) * D, scratch, G, S, D, scale);
+            key_head(q + (b * H + h * G) * D, kt + rows[b] * k_row + h * k_head, k_tile,
+                     v + rows[b] * v_row + h * v_head, mask + b * m_row, out + (b * H + h * G) * D, scratch, G, S, D,
+                     scale);
 }
 
 /* A right-padded chunk's keys and values into a pool's rows: token j < n[b] of chunk row b goes to slot start[b] + j of
    pool row rows[b]. k and v [B, Hkv, C, D] at strides (kb, kh, kc) and (vb, vh, vc), dimensions contiguous; keys into
    tiles kt (strides t_row, t_head, t_tile; each [D, TILE]), values into vs [slots, D] (strides s_row, s_head). The
    caller checks that the rows and slots exist. */
-void c2_store_kv(const float *k, const float *v, float *kt, float *vs, const int64_t *rows, const int64_t *start, const int64_t *n,
-                 int64_t B, int64_t Hkv, int64_t D, int64_t kb, int64_t kh, int64_t kc, int64_t vb, int64_t vh, int64_t vc,
-                 int64_t t_row, int64_t t_head, int64_t t_tile, int64_t s_row, int64_t s_head) {
+void c2_store_kv(const float *k, const float *v, float *kt, float *vs, const int64_t *rows, const int64_t *start,
+                 const int64_t *n, int64_t B, int64_t Hkv, int64_t D, int64_t kb, int64_t kh, int64_t kc, int64_t vb,
+                 int64_t vh, int64_t vc, int64_t t_row, int64_t t_head, int64_t t_tile, int64_t s_row, int64_t s_head) {
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hkv; h++)
             for (int64_t j = 0; j < n[b]; j++) {
                 const int64_t s = start[b] + j, r = rows[b];
                 const float *kj = k + b * kb + h * kh + j * kc, *vj = v + b * vb + h * vh + j * vc;
-                float *kd = kt + r * t_row + h * t_head + (s / TILE) * t_tile + s % TILE, *vd = vs + r * s_row + h * s_head + s * D;
+                float *kd = kt + r * t_row + h * t_head + (s / TILE) * t_tile + s % TILE,
+                      *vd = vs + r * s_row + h * s_head + s * D;
                 for (int64_t d = 0; d < D; d++) { kd[d * TILE] = kj[d]; vd[d] = vj[d]; }
             }
 }
@@ -201,7 +209,8 @@ static inline void panel(const float *restrict const *a, const float *restrict b
     for (int r = 0; r < R; r++) for (int j = 0; j < NV; j++) *(v8 *)(out[r] + 8 * j) = acc[r][j];
 }
 
-#define KC 16   /* rows of b per pass: KC * M floats, read once from memory and used by every row of a from the L1 cache */
+#define KC 16   /* rows of b per pass: KC * M floats, read once from memory and used by every row of a from the
+                   L1 cache */
 #define AHEAD 2 /* passes prefetched ahead, so that memory streams while the core multiplies */
 
 /* Prefetch rows k0 .. k0 + KC - 1 of b [K, M] (those that exist). */
@@ -227,10 +236,14 @@ static void rows_matmul(const float *const *a, const float *b, int64_t K, int64_
                 const float *ar[4]; float *orow[4];
                 for (int64_t r = 0; r < R; r++) { ar[r] = a[r0 + r] + k0; orow[r] = out[r0 + r] + c0; }
                 switch (R * (wide ? 1 : -1)) {   /* constant block shapes, so that each call unrolls */
-                    case 4: panel(ar, bk + c0, M, kc, orow, add, 4, 2); break;  case -4: panel(ar, bk + c0, M, kc, orow, add, 4, 1); break;
-                    case 3: panel(ar, bk + c0, M, kc, orow, add, 3, 2); break;  case -3: panel(ar, bk + c0, M, kc, orow, add, 3, 1); break;
-                    case 2: panel(ar, bk + c0, M, kc, orow, add, 2, 2); break;  case -2: panel(ar, bk + c0, M, kc, orow, add, 2, 1); break;
-                    case 1: panel(ar, bk + c0, M, kc, orow, add, 1, 2); break;  default: panel(ar, bk + c0, M, kc, orow, add, 1, 1); break;
+                    case 4: panel(ar, bk + c0, M, kc, orow, add, 4, 2); break;
+                    case -4: panel(ar, bk + c0, M, kc, orow, add, 4, 1); break;
+                    case 3: panel(ar, bk + c0, M, kc, orow, add, 3, 2); break;
+                    case -3: panel(ar, bk + c0, M, kc, orow, add, 3, 1); break;
+                    case 2: panel(ar, bk + c0, M, kc, orow, add, 2, 2); break;
+                    case -2: panel(ar, bk + c0, M, kc, orow, add, 2, 1); break;
+                    case 1: panel(ar, bk + c0, M, kc, orow, add, 1, 2); break;
+                    default: panel(ar, bk + c0, M, kc, orow, add, 1, 1); break;
                 }
             }
         }
@@ -245,7 +258,7 @@ int c2_moe_experts(const float *x, const int64_t *idx, const float *w, const flo
                    float *buf, int64_t *ints, int64_t N, int64_t k, int64_t E, int64_t d, int64_t h) {
     const int64_t P = N * k, H2 = 2 * h;
     float *hid = buf, *tmp = buf + P * H2;
-    int64_t *order = ints, *start = ints + P;            /* start[e] .. start[e + 1]: expert e's (token, choice) pairs */
+    int64_t *order = ints, *start = ints + P;   /* start[e] .. start[e + 1]: expert e's (token, choice) pairs */
     const float **a = (const float **)(ints + P + E + 1);
     float **o = (float **)(ints + 2 * P + E + 1);
     for (int64_t p = 0; p < P; p++) if (idx[p] < 0 || idx[p] >= E) return -1;
@@ -262,12 +275,13 @@ int c2_moe_experts(const float *x, const int64_t *idx, const float *w, const flo
         rows_matmul(a, w_in + e * d * H2, d, H2, o, n);
         for (int64_t i = 0; i < n; i++) {
             float *g = hid + (s + i) * H2;
-            for (int64_t c = 0; c < h; c += 8) *(v8 *)(g + c) = silu8_mul(*(const v8 *)(g + c), *(const v8 *)(g + h + c));
+            for (int64_t c = 0; c < h; c += 8)
+                *(v8 *)(g + c) = silu8_mul(*(const v8 *)(g + c), *(const v8 *)(g + h + c));
             a[i] = g; o[i] = tmp + order[s + i] * d;          /* tmp in (token, choice) order */
         }
         rows_matmul(a, w_out + e * h * d, h, d, o, n);
     }
-    for (int64_t t = 0; t < N; t++) {                     /* y[t] = sum_j w[t, j] tmp[t, j], in a fixed order per token */
+    for (int64_t t = 0; t < N; t++) {   /* y[t] = sum_j w[t, j] tmp[t, j], in a fixed order per token */
         float *yt = y + t * d;
         for (int64_t c = 0; c < d; c++) yt[c] = 0.0f;
         for (int64_t j = 0; j < k; j++) {
@@ -317,8 +331,8 @@ def _build(cc: str, out: Path) -> str | None:
 
 # %% ../../nbs/23_native.ipynb #nat009
 def native_status() -> dict:
-    """Whether the native kernels are in use here: `available`, the library's `path`, and `reason` when not (no compiler,
-    a failed build, `C2_NATIVE=0`). Builds the library on first use."""
+    """Whether the native kernels are in use here: `available`, the library's `path`, and `reason` when not (no
+    compiler, a failed build, `C2_NATIVE=0`). Builds the library on first use."""
     with _LOCK:
         if "status" in _LIB:
             return dict(_LIB["status"])
@@ -369,7 +383,8 @@ def native_off():
 
 # %% ../../nbs/23_native.ipynb #nat012a
 def _pool_rows(rows, B: int, R: int, who: str) -> torch.Tensor:
-    "The pool rows a batch of B reads or writes (`rows`, default 0..B-1) as an int64 CPU tensor: B distinct rows in [0, R)."
+    """The pool rows a batch of B reads or writes (`rows`, default 0..B-1) as an int64 CPU tensor: B distinct rows in
+    [0, R)."""
     r = torch.arange(B) if rows is None else torch.as_tensor(rows, dtype=torch.int64).cpu().contiguous()
     ls = r.tolist()
     if r.dim() != 1 or len(ls) != B or len(set(ls)) != B or any(not 0 <= x < R for x in ls):
@@ -394,9 +409,9 @@ def _tiled_torch(q, kt, v, mask, rows=None):
 def tiled_decode_attention(
     q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, rows=None
 ) -> torch.Tensor:
-    """Grouped-query attention of q [B, H, 1, D] over the keys of a pool's rows `rows` [B] (default 0..B-1), stored in tiles
-    kt [R, Hkv, tiles, D, TILE], and their values v [R, Hkv, >= S, D], under mask [B, 1, 1, S] (True: seen): [B, H, 1, D].
-    The native kernel where it is built and applies, else PyTorch on the rows gathered."""
+    """Grouped-query attention of q [B, H, 1, D] over the keys of a pool's rows `rows` [B] (default 0..B-1), stored in
+    tiles kt [R, Hkv, tiles, D, TILE], and their values v [R, Hkv, >= S, D], under mask [B, 1, 1, S] (True: seen): [B,
+    H, 1, D]. The native kernel where it is built and applies, else PyTorch on the rows gathered."""
     B, H, T, D = q.shape
     S, Hkv = mask.shape[-1], kt.shape[1]
     if (
@@ -408,7 +423,8 @@ def tiled_decode_attention(
         or v.shape[0] != kt.shape[0]
     ):
         raise ValueError(
-            f"tiled_decode_attention: q {tuple(q.shape)}, kt {tuple(kt.shape)}, v {tuple(v.shape)}, mask {tuple(mask.shape)}"
+            f"tiled_decode_attention: q {tuple(q.shape)}, kt {tuple(kt.shape)}, v {tuple(v.shape)}, mask "
+            f"{tuple(mask.shape)}"
         )
     r = _pool_rows(rows, B, kt.shape[0], "tiled_decode_attention")
     if (
@@ -527,9 +543,9 @@ def moe_experts(
     x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor
 ) -> torch.Tensor | None:
     """The routed experts' output for tokens x [N, d]: y[n] = sum_j w[n, j] * (silu(g) * u) @ w_out[e] with
-    [g, u] = x[n] @ w_in[e] and e = idx[n, j], for w_in [E, d, 2h] and w_out [E, h, d] (what `composer2.model.moe.MoE` computes
-    with its grouped GEMM). The native kernel for at most `EXPERT_ROWS` float32 tokens on the CPU without gradients;
-    None where it does not apply, and the caller computes it its own way."""
+    [g, u] = x[n] @ w_in[e] and e = idx[n, j], for w_in [E, d, 2h] and w_out [E, h, d] (what `composer2.model.moe.MoE`
+    computes with its grouped GEMM). The native kernel for at most `EXPERT_ROWS` float32 tokens on the CPU without
+    gradients; None where it does not apply, and the caller computes it its own way."""
     N, d = x.shape
     E, h = w_in.shape[0], w_out.shape[1]
     if idx.shape != w.shape or idx.shape[0] != N or w_in.shape != (E, d, 2 * h) or w_out.shape != (E, h, d):

@@ -371,7 +371,8 @@ def _check_nvfp4(op, name, ndim):
     if tuple(s.shape) != (*p.shape[:-1], K // 16):
         raise _err(
             name,
-            f"block-scale shape {tuple(s.shape)} does not match packed {tuple(p.shape)} (expected {(*p.shape[:-1], K // 16)})",
+            f"block-scale shape {tuple(s.shape)} does not match packed {tuple(p.shape)} (expected "
+            f"{(*p.shape[:-1], K // 16)})",
         )
     if tuple(r.shape) != (*p.shape[:-1], 1):
         raise _err(
@@ -495,7 +496,8 @@ def _cached_nvfp4_weights(b):
 # %% ../../nbs/22_nvfp4.ipynb #06c047-2
 def nvfp4_expert_mm(a, b, offs, impl=None):
     """The model's `nvfp4` expert backend (forward only): fn(a [M, K], b [G, K, N], offs int32 cumulative ends) ->
-    [M, N] in a's dtype (bf16 under CUDA autocast). K must be a multiple of 16. Raises C2Error if gradients are needed."""
+    [M, N] in a's dtype (bf16 under CUDA autocast). K must be a multiple of 16. Raises C2Error if gradients are
+    needed."""
     _check_x(a, "a")
     _check_x(b, "b")
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):

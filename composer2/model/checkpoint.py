@@ -71,8 +71,8 @@ def codebase_nll(model: MoETransformer, tokens: np.ndarray, seq_len: int, batch_
 # %% ../../nbs/33_checkpoint.ipynb #04c006-1
 @torch.no_grad()
 def copy_nll(model: MoETransformer, vocab_size: int, n: int = 16, span=(20, 50), gap=(10, 100), seed: int = 0) -> dict:
-    """In-context copying: NLL per token (nats) of a span of random ordinary tokens the first time and the second time it
-    appears (`n` rows of span, gap of other random tokens, span again, padded at the end), each scored from its 11th
+    """In-context copying: NLL per token (nats) of a span of random ordinary tokens the first time and the second time
+    it appears (`n` rows of span, gap of other random tokens, span again, padded at the end), each scored from its 11th
     token on, once the repeat is under way; `uniform` is ln V, what a model that ignores its context would score. Span
     and gap lengths vary row by row (uniform over the inclusive ranges), so that only copying by content scores low: a
     head that attends a fixed distance back would pass a fixed layout."""

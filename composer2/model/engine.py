@@ -72,13 +72,14 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
 
 
 def stream_key(*parts) -> int:
-    "A 63-bit sampling-stream key from any printable parts (e.g. a seed, a task id and a sample index): stable across runs and machines."
+    """A 63-bit sampling-stream key from any printable parts (e.g. a seed, a task id and a sample index): stable across
+    runs and machines."""
     return int.from_bytes(hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest(), "little") >> 1
 
 
 def stream_uniforms(keys, counters) -> torch.Tensor:
-    """Uniforms in [0, 1) (float64 [B]): the `counters[i]`-th draw of stream `keys[i]`. A pure function of (key, counter),
-    so what a sequence samples does not depend on which other rows share its decode step, or when."""
+    """Uniforms in [0, 1) (float64 [B]): the `counters[i]`-th draw of stream `keys[i]`. A pure function of (key,
+    counter), so what a sequence samples does not depend on which other rows share its decode step, or when."""
     k, c = np.asarray(keys, dtype=np.uint64), np.asarray(counters, dtype=np.uint64)
     x = _splitmix64(k ^ _splitmix64(c))
     return torch.from_numpy((x >> np.uint64(11)).astype(np.float64) * 2.0**-53)
@@ -309,10 +310,11 @@ class DecodeServer:
     A new context (a first request, or one with `reset`) starts from the cache of the longest prefix it shares with one
     of the last `prefixes` new contexts encoded under the current weights (a group's episodes share their prompt) and
     encodes only the rest; reused positions report the routing and version they were encoded with.
-    Requests admitted together are encoded one forward per `length_buckets` group (floor `prefill_floor`) to bound padding.
-    The loop thread computes with `threads` intra-op CPU threads (default 1): on a 2-core CPU a two-thread OpenMP team
-    driven from a thread other than the main one made a batch-32 decode step of the cpu-scale model ~3x slower (12 ms
-    against 4 ms), while one thread there is as fast as two on the main thread (`kernels/bench_hf_decode.py`)."""
+    Requests admitted together are encoded one forward per `length_buckets` group (floor `prefill_floor`) to bound
+    padding. The loop thread computes with `threads` intra-op CPU threads (default 1): on a 2-core CPU a two-thread
+    OpenMP team driven from a thread other than the main one made a batch-32 decode step of the cpu-scale model ~3x
+    slower (12 ms against 4 ms), while one thread there is as fast as two on the main thread
+    (`kernels/bench_hf_decode.py`)."""
 
     def __init__(
         self,
@@ -366,9 +368,10 @@ class DecodeServer:
             self._cv.notify_all()
 
     def generate(self, sid: int, new: list[int], max_new_tokens: int, stop_ids=(1,), reset: bool = False) -> Generation:
-        """Feed `new` after sequence `sid`'s cached tokens (with `reset`, into an emptied cache: a new context) and sample up to `max_new_tokens` (or a stop token); blocks.
-        The returned `experts` cover every position fed by this call (`new` and all sampled tokens but the last, which
-        the next call feeds first); `versions` tag the sampled tokens; `fed_versions` the fed positions."""
+        """Feed `new` after sequence `sid`'s cached tokens (with `reset`, into an emptied cache: a new context) and
+        sample up to `max_new_tokens` (or a stop token); blocks. The returned `experts` cover every position fed by this
+        call (`new` and all sampled tokens but the last, which the next call feeds first); `versions` tag the sampled
+        tokens; `fed_versions` the fed positions."""
         if not new:
             raise ValueError("DecodeServer.generate: nothing to feed (a turn starts from at least one new token)")
         with self._cv:
@@ -426,7 +429,8 @@ class DecodeServer:
         self.active = [r for i, r in enumerate(self.active) if i not in done]
 
     def _place(self, r: _Request) -> bool:
-        "Give request r's sequence a row if it has none (a free one, growing the pool if needed); whether it is a new context."
+        """Give request r's sequence a row if it has none (a free one, growing the pool if needed); whether it is a new
+        context."""
         row = self.row_of[r.seq]
         if row is None:
             row = next((x for x, s in enumerate(self.seq_at) if s is None), None)
@@ -504,7 +508,8 @@ class DecodeServer:
         self._retire([lo + i for i in fin])
 
     def _prefill(self, reqs: list[_Request], rows: list[int], feed: list[list[int]], fresh: list[bool]) -> torch.Tensor:
-        "Feed each request its tokens `feed` after its row's cache, in one forward; the logits [B, V] at each one's last token."
+        """Feed each request its tokens `feed` after its row's cache, in one forward; the logits [B, V] at each one's
+        last token."""
         C, dev = max(len(f) for f in feed), self.pool.len.device
         idx = torch.zeros(len(reqs), C, dtype=torch.long, device=dev)
         n = torch.tensor([len(f) for f in feed], device=dev)

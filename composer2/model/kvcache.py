@@ -24,10 +24,11 @@ def positions(valid: torch.Tensor) -> torch.Tensor:
 
 # %% ../../nbs/30_kvcache.ipynb #02c010-1
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Grouped-query attention of one new token per row against its cache: q [B, H, 1, D], k and v [B, Hkv, S, D] (views of
-    a KV pool), mask [B, 1, 1, S]. The H / Hkv query heads that share a key head are one [H/Hkv, D] x [D, S] product, so each
-    key is read once per key head; for a single query this is ~12% faster on a CPU than `scaled_dot_product_attention`,
-    whose kernel takes the heads one by one (decode steps of the rollout loop spend half their time here)."""
+    """Grouped-query attention of one new token per row against its cache: q [B, H, 1, D], k and v [B, Hkv, S, D] (views
+    of a KV pool), mask [B, 1, 1, S]. The H / Hkv query heads that share a key head are one [H/Hkv, D] x [D, S] product,
+    so each key is read once per key head; for a single query this is ~12% faster on a CPU than
+    `scaled_dot_product_attention`, whose kernel takes the heads one by one (decode steps of the rollout loop spend half
+    their time here)."""
     B, H, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     s = torch.bmm((q * D**-0.5).reshape(B * Hkv, H // Hkv * T, D), k.reshape(B * Hkv, S, D).transpose(1, 2))
@@ -36,7 +37,8 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    "q [B, H, T, D] over k, v [B, Hkv, S, D]: `decode_attention` for one query per row under a mask, else SDPA (causal without a mask)."
+    """q [B, H, T, D] over k, v [B, Hkv, S, D]: `decode_attention` for one query per row under a mask, else SDPA (causal
+    without a mask)."""
     if q.shape[2] == 1 and mask is not None:
         return decode_attention(q, k, v, mask)
     return F.scaled_dot_product_attention(
@@ -135,7 +137,8 @@ class SlotCache:
         self.len = pad(self.len)
 
     def keys(self, layer: int, rows, S: int) -> torch.Tensor:
-        "The keys of `rows` (a list of rows) in slots 0..S-1 as [B, Hkv, S, D], the layout PyTorch's attention reads (a copy)."
+        """The keys of `rows` (a list of rows) in slots 0..S-1 as [B, Hkv, S, D], the layout PyTorch's attention reads
+        (a copy)."""
         t = self.kt[layer][torch.as_tensor(rows, device=self.len.device), :, : -(-S // TILE)]
         return t.transpose(3, 4).reshape(*t.shape[:2], -1, t.shape[3])[:, :, :S]
 
@@ -184,8 +187,9 @@ class _SlotView:
         return None, self.slots, mask[:, None]
 
     def attend(self, layer, q, k, v, mask, start=None):
-        """Store the chunk's keys/values [B, Hkv, C, D] at the reserved slots, then its queries' attention over each row's slots
-        up to its length: `tiled_decode_attention` for one query per row, else `attention` on a copy of the keys."""
+        """Store the chunk's keys/values [B, Hkv, C, D] at the reserved slots, then its queries' attention over each
+        row's slots up to its length: `tiled_decode_attention` for one query per row, else `attention` on a copy of the
+        keys."""
         p = self.pool
         store_kv(p.kt[layer], p.v[layer], k, v, self.start, self.n, self.rows)
         if q.shape[2] == 1:

@@ -18,7 +18,8 @@ __all__ = ['EXACT_BACKENDS', 'rope_table', 'apply_rope', 'Attention', 'SwiGLU', 
 
 # %% ../../nbs/31_model.ipynb #02c010
 def rope_table(pos: torch.Tensor, D: int, base: float, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-    "cos and sin [B, 1, T, D/2] of the angles pos * base^(-2i/D) (pos is [B, T]): computed once, shared by queries and keys."
+    """cos and sin [B, 1, T, D/2] of the angles pos * base^(-2i/D) (pos is [B, T]): computed once, shared by queries and
+    keys."""
     inv = base ** (-torch.arange(0, D, 2, device=pos.device, dtype=dtype) / D)
     ang = pos.to(dtype)[:, None, :, None] * inv
     return ang.cos(), ang.sin()
@@ -34,7 +35,8 @@ def apply_rope(x: torch.Tensor, pos: torch.Tensor, base: float, table=None) -> t
 # %% ../../nbs/31_model.ipynb #02c010-1
 class Attention(nn.Module):
     """Grouped-query attention with RoPE; with a cache, the cache attends (`KVCache.attend`, `SlotCache` views), else
-    `attention`. `rope` is the `rope_table` of `pos` when the caller has it (a model computes it once for all layers)."""
+    `attention`. `rope` is the `rope_table` of `pos` when the caller has it (a model computes it once for all
+    layers)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -253,17 +255,19 @@ class MoETransformer(nn.Module):
         return [b.ffn for b in self.blocks if isinstance(b.ffn, MoE)]
 
     def new_cache(self, batch, capacity=64, slots: bool = False):
-        "An empty KV cache for this model's trunk: a `KVCache` of `batch` rows, or with `slots` a `SlotCache` pool of `batch` sequences."
+        """An empty KV cache for this model's trunk: a `KVCache` of `batch` rows, or with `slots` a `SlotCache` pool of
+        `batch` sequences."""
         p = self.embed.weight
         return (SlotCache if slots else KVCache)(
             batch, len(self.blocks), self.cfg.n_kv_heads, self.cfg.head_dim, capacity, p.dtype, p.device
         )
 
     def forward(self, idx, valid=None, cache=None, replay=None, capture=False, logits_at=None) -> ModelOutput:
-        """idx [B, T]. `valid` [B, T] marks real tokens (default all). With `cache` (a `KVCache` or a `SlotCache` view), the
-        chunk is appended to it. `replay` [B, T, n_moe_layers, k] overrides routing; `capture` returns the experts chosen.
-        `logits_at` [B, T] (bool) computes the head only there: `logits` is then [N, V] for the N marked positions, in
-        row-major order (the vocabulary head is the largest matmul of a small model; samplers and the RL loss need few positions)."""
+        """idx [B, T]. `valid` [B, T] marks real tokens (default all). With `cache` (a `KVCache` or a `SlotCache` view),
+        the chunk is appended to it. `replay` [B, T, n_moe_layers, k] overrides routing; `capture` returns the experts
+        chosen. `logits_at` [B, T] (bool) computes the head only there: `logits` is then [N, V] for the N marked
+        positions, in row-major order (the vocabulary head is the largest matmul of a small model; samplers and the RL
+        loss need few positions)."""
         B, T = idx.shape
         if cache is not None:
             start, pos, mask = cache.reserve(torch.ones_like(idx, dtype=torch.bool) if valid is None else valid)
@@ -292,8 +296,9 @@ class MoETransformer(nn.Module):
         return ModelOutput(logits, x, experts if capture else None, aux, n_fb)
 
     def mtp_logits(self, hidden, idx, valid=None, logits_at=None) -> list[torch.Tensor]:
-        """Training-time MTP: depth k's logits [B, T-k, V] at position i predict idx[i+k+1] (targets beyond T come from y).
-        `logits_at` [B, T] (bool), as in `forward`: depth k's head runs only where `logits_at[:, k:]` is set ([N_k, V])."""
+        """Training-time MTP: depth k's logits [B, T-k, V] at position i predict idx[i+k+1] (targets beyond T come from
+        y). `logits_at` [B, T] (bool), as in `forward`: depth k's head runs only where `logits_at[:, k:]` is set ([N_k,
+        V])."""
         out, h = [], hidden
         for k, mod in enumerate(self.mtp, start=1):
             L = idx.shape[1] - k
@@ -340,7 +345,8 @@ def training_loss(
     reuses a forward already done with `logits_at=mask != 0` (e.g. under no_grad for a frozen trunk). `denoms` [1 + mtp
     depth] replaces the denominators of the weighted means (main head, then MTP depth k; default: this batch's weight
     sums, at least 1): data-parallel ranks pass the global batch's sums over the number of ranks, so that the gradients
-    they average are the global batch's (`composer2.pretrain.stages.loss_denominators`). Returns the loss and its parts."""
+    they average are the global batch's (`composer2.pretrain.stages.loss_denominators`). Returns the loss and its
+    parts."""
     c = model.cfg
     m = torch.ones_like(y, dtype=torch.float32) if mask is None else mask.float()
     at = m != 0

@@ -228,7 +228,8 @@ def render_transcript(data: DataDir, turns: list[tuple[str, str]]) -> tuple[list
 def sft_examples(
     data: DataDir, n: int = 2000, max_chars: int = 1200, cfg: Config | None = None
 ) -> list[tuple[list[int], list[int]]]:
-    "Targeted coding tasks from the corpus's documented functions, as agent transcripts; plus oracle trajectories when `cfg.pretrain.sft_oracle` > 0 (each segment of a summarising one an example of its own)."
+    """Targeted coding tasks from the corpus's documented functions, as agent transcripts; plus oracle trajectories when
+    `cfg.pretrain.sft_oracle` > 0 (each segment of a summarising one an example of its own)."""
     out = _corpus_sft(data, n, max_chars)
     if cfg is None or not cfg.pretrain.sft_oracle:
         return out
@@ -245,7 +246,8 @@ def sft_examples(
 
 # %% ../../nbs/70_pretrain.ipynb #07c011-2
 def mix_oracle(examples: list, oracle: list, share: float) -> list:
-    "`examples` with the `oracle` examples repeated to make up `share` of the result (cut to that share when they are more)."
+    """`examples` with the `oracle` examples repeated to make up `share` of the result (cut to that share when they are
+    more)."""
     if not oracle or share <= 0:
         return list(examples)
     if share >= 1:
@@ -838,7 +840,8 @@ def run_plan(
         if "SLURM_JOB_ID" in os.environ and lead:
             subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]], check=False)
         raise Preempted(
-            f"stage {plan.name} preempted at step {trainer.global_step}: checkpoint saved; rerun the same command to resume"
+            f"stage {plan.name} preempted at step {trainer.global_step}: checkpoint saved; rerun the same command to "
+            "resume"
         )
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     trainer.validate(module, dataloaders=val_loader(), verbose=False)
@@ -905,9 +908,9 @@ def run_pipeline(cfg: Config, data: DataDir | None = None, progress: bool = True
 
 # %% ../../nbs/70_pretrain.ipynb #07c021-1
 def train(cfg: Config, data: DataDir | None = None, out: str | Path | None = None, progress: bool = True) -> dict:
-    """`c2 train` (see above): one code-only stage of `train.steps` steps into `out` (default `train.out`), run or resumed
-    by `run_plan` with the `train.minutes` budget; its summary (`checkpoint`: final.pt, `initial_internal_nll` and
-    `internal_nll` before and after)."""
+    """`c2 train` (see above): one code-only stage of `train.steps` steps into `out` (default `train.out`), run or
+    resumed by `run_plan` with the `train.minutes` budget; its summary (`checkpoint`: final.pt, `initial_internal_nll`
+    and `internal_nll` before and after)."""
     t = cfg.train
     plan = StagePlan(
         "train",

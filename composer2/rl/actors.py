@@ -24,7 +24,8 @@ __all__ = ['POLL_S', 'build_policy', 'TrainerImpl', 'RolloutWorkerImpl']
 
 # %% ../../nbs/84_actors.ipynb #15c014
 def build_policy(model_cfg: dict, state: dict, cfg: Config) -> MoETransformer:
-    "A `MoETransformer` of `model_cfg` holding `state` (published weights; load counters may be absent), with `cfg.model`'s replay-fallback switch."
+    """A `MoETransformer` of `model_cfg` holding `state` (published weights; load counters may be absent), with
+    `cfg.model`'s replay-fallback switch."""
     from composer2.config import ModelConfig
 
     m = MoETransformer(ModelConfig(**model_cfg))
@@ -101,9 +102,9 @@ class TrainerImpl:
 
 # %% ../../nbs/84_actors.ipynb #15c022
 class RolloutWorkerImpl:
-    """A rollout worker: an engine and a `composer2.rl.rollout.Rollouts` (one decode loop, sandboxes, tools, tasks, rewards).
-    `run` starts a group for every prompt the reconciler hands out, so several groups are in flight at once and share
-    the batch; `evaluate` runs a held-out evaluation of given weights through the same kind of loop."""
+    """A rollout worker: an engine and a `composer2.rl.rollout.Rollouts` (one decode loop, sandboxes, tools, tasks,
+    rewards). `run` starts a group for every prompt the reconciler hands out, so several groups are in flight at once
+    and share the batch; `evaluate` runs a held-out evaluation of given weights through the same kind of loop."""
 
     def __init__(
         self, cfg: Config, worker_id: int, model_cfg: dict, published: dict, version: int, tasks: list, threads: int = 1
@@ -139,8 +140,8 @@ class RolloutWorkerImpl:
         self._stop.set()
 
     def stats(self) -> dict:
-        """Cumulative counters: seconds the decode loop was busy, tokens sampled and fed, groups, episodes, failed episodes,
-        final workspaces the judge cache answered (`judge_hits`) and those judged (`judge_misses`)."""
+        """Cumulative counters: seconds the decode loop was busy, tokens sampled and fed, groups, episodes, failed
+        episodes, final workspaces the judge cache answered (`judge_hits`) and those judged (`judge_misses`)."""
         ro, st = self.rollouts, self.rollouts.server.stats
         return dict(
             busy_s=st["busy_s"],
@@ -162,7 +163,8 @@ class RolloutWorkerImpl:
         return g
 
     def run(self, reconciler) -> dict:
-        "Take prompts and hand finished groups back until `stop`, each group in a thread of its own; `reconciler` is a Ray actor handle."
+        """Take prompts and hand finished groups back until `stop`, each group in a thread of its own; `reconciler` is a
+        Ray actor handle."""
         import ray
 
         threads, errors = [], []
@@ -189,8 +191,8 @@ class RolloutWorkerImpl:
         return self.stats()
 
     def evaluate(self, published: dict, version: int, task_ids: list[str], k: int) -> tuple[list[dict], float]:
-        """Load `published` weights (`version`), run `k` episodes of each task (streams of `rl.eval_seed`: any share of an
-        evaluation gives the same episodes on any worker); per-task results and the seconds it took."""
+        """Load `published` weights (`version`), run `k` episodes of each task (streams of `rl.eval_seed`: any share of
+        an evaluation gives the same episodes on any worker); per-task results and the seconds it took."""
         t0 = time.perf_counter()
         self.rx.set_full(published, version)
         return self.rollouts.evaluate(

@@ -64,7 +64,8 @@ def initial_weights(cfg: Config, data) -> tuple[dict, dict, str]:
     m, ck = load_checkpoint(path)
     if ck.get("data_key") and ck["data_key"] != data.manifest["key"]:
         raise C2Error(
-            f"{path} was trained on data {ck['data_key']} but the data dir is {data.manifest['key']}: use the same data settings"
+            f"{path} was trained on data {ck['data_key']} but the data dir is {data.manifest['key']}: use the same "
+            "data settings"
         )
     return dataclasses.asdict(m.cfg), publishable(m.state_dict()), str(path)
 
@@ -93,14 +94,16 @@ def _warn(msg: str):
 
 # %% ../../nbs/85_driver.ipynb #15c028-8
 def _cut_jsonl(path: Path, before_step: int):
-    "Keep the records of a jsonl file whose step is < before_step (a torn last line dropped with a warning; rewritten atomically)."
+    """Keep the records of a jsonl file whose step is < before_step (a torn last line dropped with a warning; rewritten
+    atomically)."""
     if not path.exists():
         return
     atomic_write(path, "".join(json.dumps(x) + "\n" for x in read_jsonl(path, _warn) if x["step"] < before_step))
 
 # %% ../../nbs/85_driver.ipynb #15c028-9
 def _cut_csv(path: Path, before_step: int):
-    "Keep the rows of a metrics csv whose step is < before_step (a torn last row dropped with a warning; rewritten atomically)."
+    """Keep the rows of a metrics csv whose step is < before_step (a torn last row dropped with a warning; rewritten
+    atomically)."""
     if not path.exists():
         return
     rows = list(csv.reader(path.open(newline="")))
@@ -116,12 +119,14 @@ def _cut_csv(path: Path, before_step: int):
 
 # %% ../../nbs/85_driver.ipynb #15c028-10
 def read_ledger(run: Path) -> list[dict]:
-    "The trained groups of a run, one dict per group (step, prompt_id, versions, rewards...); a torn last line is left out."
+    """The trained groups of a run, one dict per group (step, prompt_id, versions, rewards...); a torn last line is left
+    out."""
     return read_jsonl(Path(run) / "ledger.jsonl")
 
 # %% ../../nbs/85_driver.ipynb #15c029-m
 def read_metrics(run: Path | str, name: str = "metrics.csv") -> list[dict]:
-    "The rows of a run's `name` (metrics.csv: one per step; eval.csv: one per evaluation) as floats (empty cells left out); [] before the first."
+    """The rows of a run's `name` (metrics.csv: one per step; eval.csv: one per evaluation) as floats (empty cells left
+    out); [] before the first."""
     path = Path(run) / name
     if not path.exists():
         return []
@@ -133,7 +138,8 @@ def metrics_summary(rows: list[dict], max_staleness: int, warmup: int = 1) -> di
     """What a run's per-step rows add up to -- the one definition `run_rl` and the studies share. Times and rates cover
     the timed span: the first `warmup` steps, which pay for start-up, are left out when there are more. Rates are
     totals over that span (not means of per-step rates); the on-policy mismatch averages the steps that had on-policy
-    tokens (the others log NaN); the staleness histogram counts trained tokens by policy lag 0..max_staleness, then older."""
+    tokens (the others log NaN); the staleness histogram counts trained tokens by policy lag 0..max_staleness, then
+    older."""
     if not rows:
         return {}
     nan = float("nan")
@@ -185,7 +191,8 @@ def metrics_summary(rows: list[dict], max_staleness: int, warmup: int = 1) -> di
 
 # %% ../../nbs/85_driver.ipynb #15c031
 def summarize_eval(results: list[dict], k: int) -> dict:
-    "pass@1, best-of-K for K = 1, 2, 4, ... k, mean reward, turns and summaries of `RolloutWorkerImpl.evaluate` results."
+    """pass@1, best-of-K for K = 1, 2, 4, ... k, mean reward, turns and summaries of `RolloutWorkerImpl.evaluate`
+    results."""
     curve = best_of_k_curve([r["solved"] for r in results], None)
     mean = lambda key: float(np.mean([x for r in results for x in r[key]])) if results else float("nan")
     return dict(
@@ -303,7 +310,8 @@ def _ray_init(cfg: Config):
 # %% ../../nbs/85_driver.ipynb #15c031-4
 def _prepare_run(cfg: Config, out: Path) -> dict:
     """Everything a run starts from: data, prompt pool and its tasks, eval tasks, initial weights, and the checkpoint to
-    resume (its step `start`); writes config.yaml and cuts the logs back to `start` (a `C2Error` for another run's checkpoint)."""
+    resume (its step `start`); writes config.yaml and cuts the logs back to `start` (a `C2Error` for another run's
+    checkpoint)."""
     from composer2.data.corpus import open_data
     from composer2.tasks.suites import load_suite
 
@@ -316,7 +324,8 @@ def _prepare_run(cfg: Config, out: Path) -> dict:
     ck = load_rl_checkpoint(out / "checkpoint.pt")
     if ck is not None and ck["pool"] != pool:
         raise C2Error(
-            f"{out / 'checkpoint.pt'} belongs to a run with another prompt pool (other config): set rl.name or delete {out}"
+            f"{out / 'checkpoint.pt'} belongs to a run with another prompt pool (other config): set rl.name or delete "
+            f"{out}"
         )
     start = ck["version"] if ck else 0
     atomic_write(out / "config.yaml", to_yaml(cfg))
@@ -338,8 +347,8 @@ def _prepare_run(cfg: Config, out: Path) -> dict:
 
 # %% ../../nbs/85_driver.ipynb #15c031-5
 def _start_actors(cfg: Config, run: dict) -> tuple:
-    """The Ray actors of a run: (reconciler, trainer, rollout workers, evaluator), restored from `run['ck']` when resuming;
-    on a GPU machine they share the GPU(s) Ray sees. A `C2Error` when Ray has too few CPUs."""
+    """The Ray actors of a run: (reconciler, trainer, rollout workers, evaluator), restored from `run['ck']` when
+    resuming; on a GPU machine they share the GPU(s) Ray sees. A `C2Error` when Ray has too few CPUs."""
     import ray
 
     r, ck, start = cfg.rl, run["ck"], run["start"]
@@ -391,7 +400,8 @@ class _Evals:
         return [json.loads(l)["step"] for l in p.read_text().splitlines() if l.strip()] if p.exists() else []
 
     def submit(self, step: int, weights, helpers: list = ()):
-        "Evaluate `weights` (an object ref) as of `step`, on the evaluator and any `helpers` (actors with the same `evaluate`)."
+        """Evaluate `weights` (an object ref) as of `step`, on the evaluator and any `helpers` (actors with the same
+        `evaluate`)."""
         actors = [self.evaluator, *helpers]
         cuts = np.linspace(0, len(self.ids), len(actors) + 1).round().astype(int)
         self.pending.append(
@@ -425,8 +435,8 @@ class _Evals:
 
 # %% ../../nbs/85_driver.ipynb #15c031-7
 def _ledger_lines(step: int, groups: list) -> str:
-    """ledger.jsonl lines of one step: per group its prompt, the policy versions that sampled it, worker, and per rollout its
-    reward, solved, turns, sampled tokens (all segments) and whether a length limit cut it off."""
+    """ledger.jsonl lines of one step: per group its prompt, the policy versions that sampled it, worker, and per
+    rollout its reward, solved, turns, sampled tokens (all segments) and whether a length limit cut it off."""
     out = []
     for g in groups:
         vs = [v for ro in g.rollouts for v in ro.versions]

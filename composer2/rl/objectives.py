@@ -47,13 +47,15 @@ def kl_estimate(logp, logq, estimator: str = "k1"):
 
 # %% ../../nbs/80_objectives.ipynb #11c009
 def kl_exact_moments(logp, logq) -> dict:
-    "Exact KL(q||p) and each estimator's mean and variance under x ~ q, for categoricals given as log-probs over the last axis."
+    """Exact KL(q||p) and each estimator's mean and variance under x ~ q, for categoricals given as log-probs over the
+    last axis."""
     xp = _xp(logq)
     q, p = xp.exp(logq), xp.exp(logp)
     lr = logp - logq
     out = {"kl": (q * -lr).sum(-1)}
     ctx = np.errstate(over="ignore", invalid="ignore") if xp is np else contextlib.nullcontext()
-    with ctx:  # tokens q gives (almost) no mass may overflow r = p/q: they add nothing to the mean, and inf to a variance that big
+    # tokens q gives (almost) no mass may overflow r = p/q: they add nothing to the mean, and inf to a variance that big
+    with ctx:
         for name, f in KL_ESTIMATORS.items():
             v = f(lr)
             qv = (
@@ -69,7 +71,8 @@ KL_LOG_RATIO_CLIP, KL_K3_MAX = 20.0, 10.0
 
 
 def kl_penalty(logp, logq, estimator: str = "k1", clip: float = KL_LOG_RATIO_CLIP, k3_max: float = KL_K3_MAX):
-    "`kl_estimate` made safe for a float32 loss: log p - log q clamped to [-clip, clip] first, k3 clamped to at most `k3_max` (verl's kl_penalty)."
+    """`kl_estimate` made safe for a float32 loss: log p - log q clamped to [-clip, clip] first, k3 clamped to at most
+    `k3_max` (verl's kl_penalty)."""
     if estimator not in KL_ESTIMATORS:
         raise ValueError(f"unknown KL estimator {estimator!r} (choose from k1, k2, k3)")
     lr = logp - logq
@@ -81,8 +84,9 @@ def kl_penalty(logp, logq, estimator: str = "k1", clip: float = KL_LOG_RATIO_CLI
 
 # %% ../../nbs/80_objectives.ipynb #11c012
 def group_advantages(rewards, std_norm: bool = False, eps: float = 1e-6) -> np.ndarray:
-    """Dr. GRPO advantages: each reward minus its group's mean (the last axis is the group). `std_norm` (GRPO) divides by
-    the group's sample std (ddof=1, as TRL and verl) + `eps`; a group of one has std 0, so its advantage is 0 (no NaN)."""
+    """Dr. GRPO advantages: each reward minus its group's mean (the last axis is the group). `std_norm` (GRPO) divides
+    by the group's sample std (ddof=1, as TRL and verl) + `eps`; a group of one has std 0, so its advantage is 0 (no
+    NaN)."""
     r = np.asarray(rewards, dtype=np.float64)
     a = r - r.mean(-1, keepdims=True)
     if std_norm:
@@ -92,7 +96,8 @@ def group_advantages(rewards, std_norm: bool = False, eps: float = 1e-6) -> np.n
 
 # %% ../../nbs/80_objectives.ipynb #11c105
 def permute_rewards(rewards: list[list[float]], seed: int, step: int | None) -> list[list[float]]:
-    "The reward-shuffle control: `rewards` (one list per group) permuted among all rollouts of the step, group sizes kept; deterministic in `seed` and `step`."
+    """The reward-shuffle control: `rewards` (one list per group) permuted among all rollouts of the step, group sizes
+    kept; deterministic in `seed` and `step`."""
     flat = [r for g in rewards for r in g]
     random.Random(f"shuffle-rewards-{seed}-{step}").shuffle(flat)
     out, i = [], 0
@@ -118,7 +123,8 @@ def pg_loss(
     """Policy-gradient loss of sequences [B, T]: `logp` (trainer, with grad) and `logp_sample` (sampler) of the sampled
     tokens, `adv` [B] per sequence, `mask` [B, T] on the tokens that count. Dr. GRPO: sum / `denom` (default B * T);
     `length_norm` (GRPO): each row divided by `lengths` [B] (default its token count), then sum / `denom` (default B).
-    With `logp_ref` and `kl_coef` > 0 adds the KL surrogate (`kl_penalty`: clamped). Returns loss, pg, kl, is_weight, is_clipped (fractions)."""
+    With `logp_ref` and `kl_coef` > 0 adds the KL surrogate (`kl_penalty`: clamped). Returns loss, pg, kl, is_weight,
+    is_clipped (fractions)."""
     m = mask.to(logp.dtype)
     ratio = torch.exp(logp.detach() - logp_sample.to(logp.dtype))
     w = ratio.clamp(max=is_cap) * m

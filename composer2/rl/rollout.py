@@ -163,7 +163,8 @@ class EnginePolicy:
         return self.data.decode(body)
 
     def _summarise(self, transcript):
-        "Close the segment: the model writes a summary (self: after `<|summarize|>`; prompt: after the compaction prompt), or none (truncate)."
+        """Close the segment: the model writes a summary (self: after `<|summarize|>`; prompt: after the compaction
+        prompt), or none (truncate)."""
         from composer2.agent.protocol import Message
 
         text, self._cut_at = None, len(transcript.messages)
@@ -188,7 +189,8 @@ class EnginePolicy:
         self._summary = text
 
     def _fresh_context(self, transcript) -> list[int]:
-        "The next segment's context (`composer2.agent.protocol.resume_context` at the cut), its most recent turn trimmed to fit."
+        """The next segment's context (`composer2.agent.protocol.resume_context` at the cut), its most recent turn
+        trimmed to fit."""
         from composer2.agent.protocol import resume_context
 
         msgs = list(transcript.messages)
@@ -236,8 +238,9 @@ class EnginePolicy:
 def map_abandoning(fn, items: list, workers: int, limit_s: float | None, on_abandon=None, on_progress=None) -> list:
     """`fn` over `items` on at most `workers` daemon threads, results in order. An item still running `limit_s` seconds
     after it started gives None, `on_abandon(i)` is called, and its thread is abandoned (and replaced): nothing can stop
-    a thread stuck in a C call, but a daemon thread cannot keep the caller or the process waiting. `limit_s` None: no limit.
-    `on_progress(n)` is called from the caller's thread whenever the number of finished (or abandoned) items grows."""
+    a thread stuck in a C call, but a daemon thread cannot keep the caller or the process waiting. `limit_s` None: no
+    limit. `on_progress(n)` is called from the caller's thread whenever the number of finished (or abandoned) items
+    grows."""
     n, out, lock = len(items), [None] * len(items), threading.Lock()
     started, done, nxt = {}, set(), [0]
 
@@ -303,8 +306,9 @@ def injected_faults() -> dict[int, str]:
 # %% ../../nbs/83_rollout.ipynb #571df343-2
 class Rollouts:
     """Agent episodes through one `DecodeServer` of `engine` (or any `server` with its interface, e.g. a Hugging Face
-    model's, `composer2.interop.hf.HFServer`): training groups (`group`) and evaluations (`evaluate`); counts tokens and errors.
-    Its episodes share one `JudgeCache`: a final workspace another episode of the task left identical is not judged again."""
+    model's, `composer2.interop.hf.HFServer`): training groups (`group`) and evaluations (`evaluate`); counts tokens and
+    errors. Its episodes share one `JudgeCache`: a final workspace another episode of the task left identical is not
+    judged again."""
 
     def __init__(self, engine: Engine | None, data, cfg: Config, seed: int = 0, server=None):
         self.cfg, self.data, self.seed = cfg, data, seed
@@ -320,7 +324,8 @@ class Rollouts:
         self.abandon_s = budget + max(10.0, 0.1 * budget) if budget > 0 else None
 
     def episode(self, task, stream: int | None = None) -> Rollout | None:
-        "One episode of `task` as a `Rollout`, sampled from `stream` (default: a fresh one); None if it raised (logged and counted in `errors`)."
+        """One episode of `task` as a `Rollout`, sampled from `stream` (default: a fresh one); None if it raised (logged
+        and counted in `errors`)."""
         from composer2.agent.episode import run_episode
 
         r = self.cfg.rl
@@ -361,7 +366,8 @@ class Rollouts:
         return ro
 
     def _run(self, tasks: list, workers: int, streams: list | None = None, on_progress=None) -> list[Rollout | None]:
-        "`episode` over `tasks` (with `streams`, one each), `workers` at a time; an episode still running after `abandon_s` is abandoned: None, counted in `errors`."
+        """`episode` over `tasks` (with `streams`, one each), `workers` at a time; an episode still running after
+        `abandon_s` is abandoned: None, counted in `errors`."""
 
         def abandoned(i):
             log.warning("episode of %s still running after %.0f s: abandoned", tasks[i].id, self.abandon_s)
@@ -372,11 +378,11 @@ class Rollouts:
         return map_abandoning(lambda job: self.episode(*job), jobs, workers, self.abandon_s, abandoned, on_progress)
 
     def group(self, task, n: int, version: int, worker: int = 0) -> Group:
-        """`n` concurrent episodes of `task`, as a `Group` started at `version` (failed episodes left out). Episode j draws
-        from the stream (train, `rl.seed`, task, j), whichever worker runs it and whenever: two runs with one seed (a real
-        run and its reward-shuffle control, two variants of the objective) sample each prompt from the same streams, so
-        where their policies agree their rollouts are the same rollouts, and a per-prompt difference carries only what
-        the runs changed (common random numbers, as in `evaluate`)."""
+        """`n` concurrent episodes of `task`, as a `Group` started at `version` (failed episodes left out). Episode j
+        draws from the stream (train, `rl.seed`, task, j), whichever worker runs it and whenever: two runs with one seed
+        (a real run and its reward-shuffle control, two variants of the objective) sample each prompt from the same
+        streams, so where their policies agree their rollouts are the same rollouts, and a per-prompt difference carries
+        only what the runs changed (common random numbers, as in `evaluate`)."""
         t0 = time.perf_counter()
         ros = self._run([task] * n, n, [stream_key("train", self.cfg.rl.seed, task.id, j) for j in range(n)])
         return Group(
@@ -425,15 +431,16 @@ class Rollouts:
 
 # %% ../../nbs/83_rollout.ipynb #20c041
 def evaluate_checkpoint(cfg: Config, data, path, tasks: list, k: int, seed: int = 0, on_progress=None) -> list[dict]:
-    """Evaluate the policy saved at `path` (any `composer2.model.checkpoint.save_checkpoint` file: a pretraining stage, SFT, an RL
-    run) on `tasks`, `k` samples each, with `cfg.rl`'s sampler settings: `Rollouts.evaluate`'s per-task results. Two
-    checkpoints evaluated with one `seed` are paired by common random numbers."""
+    """Evaluate the policy saved at `path` (any `composer2.model.checkpoint.save_checkpoint` file: a pretraining stage,
+    SFT, an RL run) on `tasks`, `k` samples each, with `cfg.rl`'s sampler settings: `Rollouts.evaluate`'s per-task
+    results. Two checkpoints evaluated with one `seed` are paired by common random numbers."""
     from composer2.model.checkpoint import load_checkpoint
 
     model, ck = load_checkpoint(path)
     if ck.get("data_key") and ck["data_key"] != data.manifest["key"]:
         raise C2Error(
-            f"{path} was trained on data {ck['data_key']} but the data dir is {data.manifest['key']}: use the same data settings"
+            f"{path} was trained on data {ck['data_key']} but the data dir is {data.manifest['key']}: use the same "
+            "data settings"
         )
     ro = Rollouts(Engine(model.eval()), data, cfg, seed=seed)
     try:

@@ -96,7 +96,8 @@ class Group:
 
 # %% ../../nbs/81_rl_step.ipynb #11c030
 def collate(segments: list[Segment], adv: list[float] | None = None, device="cpu") -> dict:
-    "Right-padded tensors of segments: ids/valid [B, T]; mask/logp_sample/versions [B, T-1] of the predicted tokens; experts [B, T-1, L, k]; adv [B]."
+    """Right-padded tensors of segments: ids/valid [B, T]; mask/logp_sample/versions [B, T-1] of the predicted tokens;
+    experts [B, T-1, L, k]; adv [B]."""
     B, T = len(segments), max(len(s.ids) for s in segments)
     ids = torch.zeros(B, T, dtype=torch.long)
     valid = torch.zeros(B, T, dtype=torch.bool)
@@ -228,9 +229,10 @@ def token_logprobs(
     model, batch: dict, replay: bool = True, temperature: float = 1.0, entropy: bool = False, share: bool = True
 ) -> tuple:
     """Log-probs [B, T-1] of `batch['ids'][:, 1:]` under `model` where `batch['mask']` is 1 (0.0 elsewhere: the head and
-    log-softmax run only there), routing replayed from `batch['experts']` when `replay`, and the share of replayed expert
-    slots the fallback replaced. With `entropy`, a third item: the entropy [B, T-1] of softmax(logits / temperature) at
-    the same positions (no grad). With `share`, the rows' common prefix is encoded once (not with the fallback on)."""
+    log-softmax run only there), routing replayed from `batch['experts']` when `replay`, and the share of replayed
+    expert slots the fallback replaced. With `entropy`, a third item: the entropy [B, T-1] of softmax(logits /
+    temperature) at the same positions (no grad). With `share`, the rows' common prefix is encoded once (not with the
+    fallback on)."""
     ids, valid = batch["ids"], batch["valid"]
     at = (batch["mask"] > 0) if batch.get("mask") is not None else valid[:, 1:]
     at = at.to(ids.device) & valid[:, 1:]
@@ -256,7 +258,8 @@ def token_logprobs(
 
 # %% ../../nbs/81_rl_step.ipynb #11c033-1
 def mismatch_stats(logp_train: torch.Tensor, logp_sample: torch.Tensor, mask: torch.Tensor) -> dict:
-    "Train/inference mismatch over masked tokens: mean and p99 of |log p_train - log p_sample|, and KL(sampler || trainer) (k3)."
+    """Train/inference mismatch over masked tokens: mean and p99 of |log p_train - log p_sample|, and KL(sampler ||
+    trainer) (k3)."""
     m = mask.bool()
     d = (logp_train.detach().double() - logp_sample.double())[m]
     if d.numel() == 0:
@@ -276,7 +279,8 @@ def staleness_histogram(groups: list[Group], step: int, max_lag: int) -> list[in
 # %% ../../nbs/81_rl_step.ipynb #11c040
 def _micro_batches(idx: list[int], lens: list[int], micro_tokens: int, keys: list | None = None) -> list[list[int]]:
     """Consecutive runs of `idx` (sorted by key, then length) whose padded size (count x longest) stays within
-    `micro_tokens`; with `keys`, a run also ends where the key changes (a group's rows share a prefix, `SharedPrefix`)."""
+    `micro_tokens`; with `keys`, a run also ends where the key changes (a group's rows share a prefix,
+    `SharedPrefix`)."""
     chunks, cur = [], []
     for i in idx:
         if cur and ((len(cur) + 1) * lens[i] > micro_tokens or (keys is not None and keys[i] != keys[cur[-1]])):
@@ -302,11 +306,12 @@ def rl_step(
     share_prefix: bool = True,
 ) -> dict:
     """One RL step on `groups` (RLConfig `cfg_rl`) by the trainer at `version`: advantages (of permuted rewards with
-    `shuffle_rewards`; negative ones scaled by `negative_weight`, positive ones by `positive_weight`), truncated-IS PG loss (+ KL when `kl_coef` > 0 and a
-    `ref_model`), Adam, router biases only with `update_router_bias`. Returns the step's metrics: loss parts, grad_norm,
-    zero_signal_groups, adv_abs_mean, entropy, kl_init (NaN without `ref_model`), and the mismatch with and without
-    replay: the trained routing mode's over all segments, the other mode's (a metric-only forward) over a subsample of at
-    most `metric_rows` segments (NaN when 0). `share_prefix=False` encodes every row whole (`SharedPrefix`'s baseline)."""
+    `shuffle_rewards`; negative ones scaled by `negative_weight`, positive ones by `positive_weight`), truncated-IS PG
+    loss (+ KL when `kl_coef` > 0 and a `ref_model`), Adam, router biases only with `update_router_bias`. Returns the
+    step's metrics: loss parts, grad_norm, zero_signal_groups, adv_abs_mean, entropy, kl_init (NaN without `ref_model`),
+    and the mismatch with and without replay: the trained routing mode's over all segments, the other mode's (a
+    metric-only forward) over a subsample of at most `metric_rows` segments (NaN when 0). `share_prefix=False` encodes
+    every row whole (`SharedPrefix`'s baseline)."""
     t0 = time.perf_counter()
     dev = model.embed.weight.device
     grpo = cfg_rl.advantage == "grpo"  # shorthand for both of GRPO's normalisations

@@ -16,7 +16,8 @@ __all__ = ['Reconciler', 'publishable', 'make_delta', 'apply_delta', 'delta_nbyt
 
 # %% ../../nbs/82_sync.ipynb #11c044
 class Reconciler:
-    "Hands out prompts (single epoch, staleness-bounded), admits finished groups, assembles training batches; pure Python."
+    """Hands out prompts (single epoch, staleness-bounded), admits finished groups, assembles training batches; pure
+    Python."""
 
     def __init__(
         self,
@@ -40,7 +41,8 @@ class Reconciler:
         return (worker_version + self.k - self.version + 1) * self.P
 
     def take(self, worker_version: int, worker: int = 0) -> str | None:
-        "The next prompt for a worker whose weights are `worker_version`, or None (nothing pending, or wait for new weights)."
+        """The next prompt for a worker whose weights are `worker_version`, or None (nothing pending, or wait for new
+        weights)."""
         if not self.pending or len(self.in_flight) + len(self.ready) + len(self.training) >= self.capacity(
             worker_version
         ):
@@ -72,7 +74,8 @@ class Reconciler:
             self.pending.insert(0, prompt_id)
 
     def batch(self, step: int) -> list[Group] | None:
-        "`prompts_per_step` groups for training step `step` (oldest first), requeueing stale ones; None if not enough are ready."
+        """`prompts_per_step` groups for training step `step` (oldest first), requeueing stale ones; None if not enough
+        are ready."""
         if step != self.version:
             raise ValueError(f"Reconciler: batch for step {step} but the trainer is at version {self.version}")
         stale = [g for g in self.ready if g.min_version < step - self.k]
@@ -151,12 +154,14 @@ def _bits(t: torch.Tensor) -> np.ndarray:
 
 # %% ../../nbs/82_sync.ipynb #11c054-2
 def publishable(state_dict: dict) -> dict:
-    "The tensors a trainer publishes: every weight and buffer except the MoE load counters (trainer-side statistics), detached CPU copies."
+    """The tensors a trainer publishes: every weight and buffer except the MoE load counters (trainer-side statistics),
+    detached CPU copies."""
     return {k: v.detach().cpu().clone() for k, v in state_dict.items() if not k.endswith(".load")}
 
 # %% ../../nbs/82_sync.ipynb #11c054-3
 def make_delta(prev: dict | None, new: dict, zlib_level: int = 1) -> dict:
-    "Encode `new` against `prev` (same names): per tensor ('same' | 'sparse' | 'xor' | 'full', payload), each the smallest lossless form."
+    """Encode `new` against `prev` (same names): per tensor ('same' | 'sparse' | 'xor' | 'full', payload), each the
+    smallest lossless form."""
     out = {}
     for name, t in new.items():
         t = t.detach().cpu().contiguous()
@@ -245,7 +250,8 @@ def delta_stats(prev: dict, new: dict, delta: dict) -> dict:
 
 # %% ../../nbs/82_sync.ipynb #15c010
 class WeightReceiver:
-    "A worker's side of weight sync: deltas applied in version order to a copy of the published weights, queued into the engine."
+    """A worker's side of weight sync: deltas applied in version order to a copy of the published weights, queued into
+    the engine."""
 
     def __init__(self, engine: Engine, published: dict, version: int):
         self.engine, self.state, self.version = engine, dict(published), version

@@ -61,7 +61,8 @@ def _self_check():
 
 # %% ../../nbs/43_sandbox.ipynb #12c019-7
 def sandbox_limits() -> dict:
-    "Which whole-sandbox limits this machine gives (building the host state on first use): what the README's table describes."
+    """Which whole-sandbox limits this machine gives (building the host state on first use): what the README's table
+    describes."""
     h = _host()
     try:
         seccomp = bool(h.seccomp())
@@ -124,9 +125,9 @@ _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "o
 # %% ../../nbs/43_sandbox.ipynb #12c021-4
 @dataclass
 class RunResult:
-    """What one sandboxed command did. `returncode` is the command's status (128+n when killed by signal n; 137 on timeout).
-    `cpu_s` is the CPU time of the processes that were waited for: exact for a command that finishes, a lower bound when
-    it was killed (the kernel discards the time of processes whose parent dies first)."""
+    """What one sandboxed command did. `returncode` is the command's status (128+n when killed by signal n; 137 on
+    timeout). `cpu_s` is the CPU time of the processes that were waited for: exact for a command that finishes, a lower
+    bound when it was killed (the kernel discards the time of processes whose parent dies first)."""
 
     returncode: int
     stdout: str
@@ -194,7 +195,8 @@ def _signal_name(code: int) -> str | None:
 
 # %% ../../nbs/43_sandbox.ipynb #12c021-7a
 def _check_reachable(workspace: Path):
-    "Root only: every directory above `workspace` must let the sandbox user through (o+x, or owned by it); else a `C2Error`."
+    """Root only: every directory above `workspace` must let the sandbox user through (o+x, or owned by it); else a
+    `C2Error`."""
     for d in [workspace, *workspace.parents][1:]:
         st = d.stat()
         if not (st.st_mode & 0o001 or st.st_uid == SANDBOX_UID):
@@ -561,8 +563,8 @@ class Sandbox:
     def run(
         self, cmd: str | Sequence[str], timeout: float | None = None, stdin: str | bytes | None = None
     ) -> RunResult:
-        """Run `cmd` (a str runs under `bash -c`) and return its `RunResult`; when this returns, nothing it started is alive.
-        `C2Error` for a command the kernel cannot take (NUL, lone surrogates)."""
+        """Run `cmd` (a str runs under `bash -c`) and return its `RunResult`; when this returns, nothing it started is
+        alive. `C2Error` for a command the kernel cannot take (NUL, lone surrogates)."""
         if isinstance(cmd, str):
             cmd = ["bash", "-c", cmd]
         elif not cmd or not all(isinstance(c, str) for c in cmd):

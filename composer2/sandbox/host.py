@@ -119,8 +119,9 @@ SECCOMP_DENY = (
 
 # %% ../../nbs/42_host.ipynb #12c019-1
 def seccomp_program(deny: Iterable[str] = SECCOMP_DENY) -> bytes:
-    """The compiled BPF program (what `bwrap --seccomp FD` loads) that makes the `deny` system calls fail with EPERM on this
-    architecture (other architectures' calls, x32 included, kill the process). Needs libseccomp (PyPI `pyseccomp`)."""
+    """The compiled BPF program (what `bwrap --seccomp FD` loads) that makes the `deny` system calls fail with EPERM on
+    this architecture (other architectures' calls, x32 included, kill the process). Needs libseccomp (PyPI
+    `pyseccomp`)."""
     try:
         import pyseccomp as sc
     except (ImportError, RuntimeError, OSError) as e:
@@ -211,7 +212,8 @@ os.register_at_fork(after_in_child=_SLOTS._reset)  # a forked child runs none of
 
 # %% ../../nbs/42_host.ipynb #12c019-3
 class _Host:
-    "Per-process state every sandbox shares: tool paths, the interpreter's mount, cgroup parents, the seccomp program, the synthetic /etc."
+    """Per-process state every sandbox shares: tool paths, the interpreter's mount, cgroup parents, the seccomp program,
+    the synthetic /etc."""
 
     def __init__(self):
         self.pid, self.bwrap = os.getpid(), bwrap_path()
@@ -333,7 +335,8 @@ class _Host:
         etc = self.dir / "etc"
         etc.mkdir()
         (etc / "passwd").write_text(
-            f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nsandbox:x:{_INNER_ID}:{_INNER_ID}:sandbox:{SANDBOX_WS}:/bin/bash\n"
+            "root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
+            f"sandbox:x:{_INNER_ID}:{_INNER_ID}:sandbox:{SANDBOX_WS}:/bin/bash\n"
             "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
         )
         (etc / "group").write_text(f"root:x:0:\nsandbox:x:{_INNER_ID}:\nnogroup:x:65534:\n")

@@ -46,8 +46,9 @@ def _relative(rel) -> str:
 
 # %% ../../nbs/40_paths.ipynb #12c010-4
 def safe_path(workspace: Path | str, rel: str) -> Path:
-    """`rel` resolved inside `workspace` (symlinks followed); `C2Error` for absolute paths, `..`, loops and anything leading
-    outside. Only for names: host code opens workspace files through `open_beneath` and its helpers, never through this."""
+    """`rel` resolved inside `workspace` (symlinks followed); `C2Error` for absolute paths, `..`, loops and anything
+    leading outside. Only for names: host code opens workspace files through `open_beneath` and its helpers, never
+    through this."""
     root = Path(workspace).resolve()
     rel = _relative(rel)
     if ".." in Path(rel).parts:
@@ -71,7 +72,8 @@ _SURROGATES = re.compile("[\ud800-\udfff]")
 
 # %% ../../nbs/40_paths.ipynb #12c013-1
 def printable(text: str) -> str:
-    "`text` with lone surrogates (undecodable bytes of file names or output) replaced by U+FFFD: valid UTF-8 for the model."
+    """`text` with lone surrogates (undecodable bytes of file names or output) replaced by U+FFFD: valid UTF-8 for the
+    model."""
     return _SURROGATES.sub("\ufffd", text) if isinstance(text, str) else str(text)
 
 # %% ../../nbs/40_paths.ipynb #12c013-2
@@ -95,9 +97,10 @@ def _step(old: int, new: int, keep: int) -> int:
 def open_beneath(
     workspace: Path | str, rel: str, flags: int = os.O_RDONLY, mode: int = 0o644, make_parents: bool = False
 ) -> int:
-    """An fd for `rel` inside `workspace` that no symlink or concurrent rename can point outside it (opened `O_NONBLOCK`:
-    a FIFO never blocks); `C2Error` on escapes, loops and bad names, `OSError` for what does not exist. Two descriptors
-    held however long the path: a `..` reopens the parent, checked to be the directory the walk came down through."""
+    """An fd for `rel` inside `workspace` that no symlink or concurrent rename can point outside it (opened
+    `O_NONBLOCK`: a FIFO never blocks); `C2Error` on escapes, loops and bad names, `OSError` for what does not exist.
+    Two descriptors held however long the path: a `..` reopens the parent, checked to be the directory the walk came
+    down through."""
     shown, todo = rel, collections.deque(_parts(_relative(rel)))
     root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     cur, ids, links = root, [_identity(root)], 0  # ids: (device, inode) of each directory from the root to `cur`
@@ -302,7 +305,8 @@ def _regular(fd: int, rel: str) -> os.stat_result:
 
 # %% ../../nbs/40_paths.ipynb #12c013-5
 def read_bytes_beneath(workspace: Path | str, rel: str, max_bytes: int = MAX_FILE_BYTES) -> bytes:
-    "The bytes of the regular file `rel` (through `open_beneath`); `C2Error` past `max_bytes` (never read whole) or for a FIFO, device, socket."
+    """The bytes of the regular file `rel` (through `open_beneath`); `C2Error` past `max_bytes` (never read whole) or
+    for a FIFO, device, socket."""
     fd = open_beneath(workspace, rel)
     try:
         st = _regular(fd, rel)
@@ -322,7 +326,8 @@ def read_bytes_beneath(workspace: Path | str, rel: str, max_bytes: int = MAX_FIL
 
 # %% ../../nbs/40_paths.ipynb #12c013-6
 def read_beneath(workspace: Path | str, rel: str, max_bytes: int = MAX_FILE_BYTES) -> str:
-    "The UTF-8 text of `rel` as stored (no newline translation), through `read_bytes_beneath`; `UnicodeDecodeError` if not UTF-8."
+    """The UTF-8 text of `rel` as stored (no newline translation), through `read_bytes_beneath`; `UnicodeDecodeError` if
+    not UTF-8."""
     return read_bytes_beneath(workspace, rel, max_bytes).decode("utf-8")
 
 # %% ../../nbs/40_paths.ipynb #12c013-7
@@ -340,7 +345,8 @@ def _write_all(fd: int, data: bytes):
 
 # %% ../../nbs/40_paths.ipynb #12c013-9
 def write_beneath(workspace: Path | str, rel: str, text: str, make_parents: bool = True) -> None:
-    "Write `text` to the regular file `rel` through `open_beneath` (parents created; new files belong to the sandbox user)."
+    """Write `text` to the regular file `rel` through `open_beneath` (parents created; new files belong to the sandbox
+    user)."""
     data = _encode(text, rel)
     fd = open_beneath(
         workspace, rel, os.O_WRONLY | os.O_CREAT, make_parents=make_parents
@@ -383,7 +389,8 @@ def remove_beneath(workspace: Path | str, rel: str) -> bool:
 # %% ../../nbs/40_paths.ipynb #12c013-12
 def replace_beneath(workspace: Path | str, rel: str, text: str) -> None:
     """Make `rel` a fresh regular file holding `text`: every directory on the way is made a real directory (a link, file
-    or FIFO in the way is removed) and whatever stood at `rel` itself is removed first. What the judge restores tests with."""
+    or FIFO in the way is removed) and whatever stood at `rel` itself is removed first. What the judge restores tests
+    with."""
     data = _encode(text, rel)
     parts = _parts(_relative(rel))
     if not parts or ".." in parts:
@@ -426,8 +433,8 @@ def list_beneath(
     max_files: int = MAX_LIST_FILES,
     hidden: bool = False,
 ) -> list[str]:
-    """Workspace-relative paths of the regular files under directory `rel` (ending in `suffixes`, at most `max_bytes` each),
-    sorted; walked by descriptor (`Walk`: links never followed, at most `MAX_WALK_DEPTH` levels down), hidden and
+    """Workspace-relative paths of the regular files under directory `rel` (ending in `suffixes`, at most `max_bytes`
+    each), sorted; walked by descriptor (`Walk`: links never followed, at most `MAX_WALK_DEPTH` levels down), hidden and
     `__pycache__` directories skipped unless `hidden`; at most `max_files` (the walk stops there)."""
     base = "/".join(_parts(_relative(rel)))
     out = []

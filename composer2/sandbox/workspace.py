@@ -46,7 +46,8 @@ def _mounts_under(d: Path | str) -> list[str]:
 # %% ../../nbs/41_workspace.ipynb #12c016-3a
 def _remove_tree(d: Path | str, ignore_errors: bool = True) -> None:
     """Remove `d` whatever it is -- a directory tree of any depth, a file, a link (never followed) -- by descriptor
-    (`composer2.sandbox.paths._remove_at`: iterative, a couple of descriptors held); errors ignored if `ignore_errors`."""
+    (`composer2.sandbox.paths._remove_at`: iterative, a couple of descriptors held); errors ignored if
+    `ignore_errors`."""
     d = Path(d)
     try:
         dfd = os.open(d.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -124,8 +125,8 @@ def _sweep_cgroups():
 # %% ../../nbs/41_workspace.ipynb #12c016-9
 def give_to_sandbox(workspace: Path | str) -> None:
     """Make everything in `workspace` belong to the sandbox user (no-op unless we are root), walked by descriptor
-    (`composer2.sandbox.paths.Walk`: links never followed, a few descriptors held; nothing below `MAX_WALK_DEPTH` levels is
-    touched -- the host-side tools make what they write the sandbox user's as they write it)."""
+    (`composer2.sandbox.paths.Walk`: links never followed, a few descriptors held; nothing below `MAX_WALK_DEPTH` levels
+    is touched -- the host-side tools make what they write the sandbox user's as they write it)."""
     if not _AS_ROOT:
         return
     u = SANDBOX_UID
@@ -150,7 +151,8 @@ def _sweep_stale():
 
 # %% ../../nbs/41_workspace.ipynb #12c016-11
 def default_root() -> Path:
-    "This process's workspace root: a fresh temp directory (mode 711: the sandbox user can cross it, not list it), removed at exit."
+    """This process's workspace root: a fresh temp directory (mode 711: the sandbox user can cross it, not list it),
+    removed at exit."""
     pid = os.getpid()
     with _ROOT_LOCK:
         if pid not in _DEFAULT_ROOT:
@@ -194,7 +196,8 @@ def _mount_workspace(ws: Path, limits: SandboxConfig) -> bool:
             ws,
             "tmpfs",
             _MS_NOSUID | _MS_NODEV,
-            f"size={limits.workspace_mb}m,nr_inodes={limits.workspace_inodes},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_UID}",
+            f"size={limits.workspace_mb}m,nr_inodes={limits.workspace_inodes},"
+            f"mode=0755,uid={SANDBOX_UID},gid={SANDBOX_UID}",
         )
     except OSError:
         return False  # no CAP_SYS_ADMIN (a container): a plain directory

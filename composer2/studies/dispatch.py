@@ -53,7 +53,10 @@ def slurm_problem() -> str | None:
     env = slurm_env()
     conf = env.get("SLURM_CONF")
     if conf and not Path(conf).is_file():
-        return f"no Slurm config at SLURM_CONF={conf}: start a local cluster with `make slurm-up`, or point SLURM_CONF at yours"
+        return (
+            f"no Slurm config at SLURM_CONF={conf}: start a local cluster with `make slurm-up`, or point "
+            "SLURM_CONF at yours"
+        )
     where = conf or "/etc/slurm/slurm.conf"
     try:
         r = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10, env=env)

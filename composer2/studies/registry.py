@@ -22,9 +22,10 @@ __all__ = ['STUDIES', 'SCALES', 'RESERVED', 'VERDICTS', 'RUN_PLACES', 'PIPELINE_
 # %% ../../nbs/90_studies.ipynb #08c005
 @dataclass(frozen=True)
 class Study:
-    """A registered study: its notebook reproduces `reproduces` (a figure or claim of the report), which found `finding`.
-    A study that `shares` another's runs (arms beside that study's, from the same checkpoints) takes that study's scale
-    file `config:` first, so both resolve to the same settings and find each other's runs in one run cache."""
+    """A registered study: its notebook reproduces `reproduces` (a figure or claim of the report), which found
+    `finding`. A study that `shares` another's runs (arms beside that study's, from the same checkpoints) takes that
+    study's scale file `config:` first, so both resolve to the same settings and find each other's runs in one run
+    cache."""
 
     name: str
     reproduces: str
@@ -48,21 +49,22 @@ STUDIES = {
             "kl_estimators",
             "Figure 4",
             "Bias and variance of the KL estimators k1, k2, k3 against the true KL",
-            "k1 = -log r and k3 = (r - 1) - log r are unbiased, k2 = (log r)^2 / 2 is biased; between two unit-variance "
-            "Gaussians k3's variance blows up as the KL grows. The report uses k1.",
+            "k1 = -log r and k3 = (r - 1) - log r are unbiased, k2 = (log r)^2 / 2 is biased; between two "
+            "unit-variance Gaussians k3's variance blows up as the KL grows. The report uses k1.",
         ),
         Study(
             "length_penalty",
             "Figure 6",
             "The concave length penalty C(x), and why a concave penalty does not starve hard tasks",
-            "C(x) = ((1 + kx)^(1-q) - 1) / (k(1-q)) is concave and increasing: each extra unit of effort costs more on easy "
-            "tasks than on long ones (k, q and the effort weights are not published).",
+            "C(x) = ((1 + kx)^(1-q) - 1) / (k(1-q)) is concave and increasing: each extra unit of effort costs more on "
+            "easy tasks than on long ones (k, q and the effort weights are not published).",
         ),
         Study(
             "cpt_loss",
             "Figure 2 (right)",
             "Internal-codebase loss of continued pretraining at three compute levels, log-linear in tokens",
-            "Internal-codebase loss falls log-linearly with training at three log-spaced compute levels; more compute ends lower.",
+            "Internal-codebase loss falls log-linearly with training at three log-spaced compute levels; more compute "
+            "ends lower.",
         ),
         Study(
             "c2bench",
@@ -75,44 +77,46 @@ STUDIES = {
             "best_of_k",
             "Figure 5",
             "Held-out pass@1 and best-of-K before and during RL from the SFT checkpoint",
-            "During RL the average reward and best-of-K both rise on a held-out set: no trade-off, RL widens the set of "
-            "problems solved rather than only sharpening.",
+            "During RL the average reward and best-of-K both rise on a held-out set: no trade-off, RL widens the set "
+            "of problems solved rather than only sharpening.",
         ),
         Study(
             "rl_systems",
             "Section 4/6",
             "Async vs sync RL at one staleness bound; router replay and the train/inference mismatch; weight deltas",
-            "Highly asynchronous RL with in-flight weight updates stays near on-policy; router replay (with the plausibility "
-            "fallback) cuts the train/inference mismatch, p99 included; weights sync fast.",
+            "Highly asynchronous RL with in-flight weight updates stays near on-policy; router replay (with the "
+            "plausibility fallback) cuts the train/inference mismatch, p99 included; weights sync fast.",
         ),
         Study(
             "mxfp8_parity",
             "Section 6",
             "MoE training with MXFP8 experts against full precision from one init; NVFP4 experts' forward logits",
-            "Training with MXFP8 expert GEMMs matched BF16's loss over 10k steps; rollouts run the forward pass in NVFP4 "
-            "(with an FP32 per-token scale).",
+            "Training with MXFP8 expert GEMMs matched BF16's loss over 10k steps; rollouts run the forward pass in "
+            "NVFP4 (with an FP32 per-token scale).",
         ),
         Study(
             "mtp_speculation",
             "Section 3",
-            "MTP modules trained by self-distillation vs hard labels: draft acceptance, tokens per forward, exact speculative decoding",
-            "MTP layers trained by self-distillation (the main head's distribution as the target) give a higher acceptance "
-            "rate in speculative decoding, hence more tokens per forward of the main model.",
+            "MTP modules trained by self-distillation vs hard labels: draft acceptance, tokens per forward, exact "
+            "speculative decoding",
+            "MTP layers trained by self-distillation (the main head's distribution as the target) give a higher "
+            "acceptance rate in speculative decoding, hence more tokens per forward of the main model.",
         ),
         Study(
             "grpo_variants",
             "Section 4.1",
             "Dr. GRPO against GRPO's std and length normalisations and overlong masking, from one SFT checkpoint",
-            "Dividing by the group's std over-weights groups whose rollouts are all equally correct, and length normalisation "
-            "biases length (failed episodes grow longer); Dr. GRPO drops both; masking overlong rollouts brought no benefit.",
+            "Dividing by the group's std over-weights groups whose rollouts are all equally correct, and length "
+            "normalisation biases length (failed episodes grow longer); Dr. GRPO drops both; masking overlong rollouts "
+            "brought no benefit.",
             shares="best_of_k",
         ),
         Study(
             "self_summary",
             "Section 4.1",
             "Self-summary vs prompt-based compaction vs truncation on long-horizon tasks, RL from one SFT checkpoint",
-            "Self-summarisation trained with the final reward halved the error of a prompt-based compaction baseline with about a "
-            "fifth of the tokens, reusing the KV cache; hard tasks summarise several times.",
+            "Self-summarisation trained with the final reward halved the error of a prompt-based compaction baseline "
+            "with about a fifth of the tokens, reusing the KV cache; hard tasks summarise several times.",
         ),
         Study(
             "cpt_to_rl",
@@ -225,7 +229,8 @@ def split_assignment(text: str, what: str = "-p") -> tuple[str, str]:
 
 # %% ../../nbs/90_studies.ipynb #08c008-co
 def config_override(key: str, value) -> str:
-    "`key=value` as `load_config` (and every `c2` command) reads overrides: the value as YAML/JSON (lists, numbers, true/false)."
+    """`key=value` as `load_config` (and every `c2` command) reads overrides: the value as YAML/JSON (lists, numbers,
+    true/false)."""
     return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
 
 # %% ../../nbs/90_studies.ipynb #08c008-4
@@ -253,9 +258,9 @@ def load_scale(name: str, scale: str) -> dict:
 
 # %% ../../nbs/90_studies.ipynb #08c008-5
 def resolve_params(name: str, scale: str, overrides=()) -> dict:
-    """Notebook defaults <- the scale's params <- overrides ('key=value' strings or a dict); every name and type checked.
-    A study whose notebook declares a `config` parameter takes config overrides, the same `section.key=value` every
-    `c2` command takes: the scale file's `config:` section (after the shared study's, see `Study.shares`), then
+    """Notebook defaults <- the scale's params <- overrides ('key=value' strings or a dict); every name and type
+    checked. A study whose notebook declares a `config` parameter takes config overrides, the same `section.key=value`
+    every `c2` command takes: the scale file's `config:` section (after the shared study's, see `Study.shares`), then
     `-p section.key=value` (checked by `load_config`)."""
     st = get_study(name)
     defaults = notebook_parameters(st.notebook)
@@ -415,9 +420,9 @@ def write_results(
     **extra,
 ) -> Path:
     """Write `results.json` of a study run: metrics, supporting checks (`claims`, from `claim`) and the verdicts on the
-    report's claims (`verdicts`, from `verdict` / `interval_verdict`); the runner adds params, versions, device, wall time.
-    `cached_s`: seconds of training this run found done in the study's run cache (`cached_seconds`), which a run on a
-    fresh machine pays on top of this one's wall time -- the runner's `scratch_s`, what `reproduce` plans with.
+    report's claims (`verdicts`, from `verdict` / `interval_verdict`); the runner adds params, versions, device, wall
+    time. `cached_s`: seconds of training this run found done in the study's run cache (`cached_seconds`), which a run
+    on a fresh machine pays on top of this one's wall time -- the runner's `scratch_s`, what `reproduce` plans with.
     `training`: the cached training runs the study used, each with the code and machine it was trained at
     (`training_runs`), which the index checks against the code now."""
     get_study(study)
@@ -550,7 +555,7 @@ PIPELINE_SECTIONS = ("data", "model", "train", "pretrain", "tasks", "sample", "s
 
 def pipeline_key(cfg, *extra) -> str:
     """`config_key` of what the pretraining pipeline's stages (base to SFT) depend on: every section but `rl` (and the
-    `extra` sections a study's stages also read), without the task counts -- the oracle's transcripts come from the first
-    `pretrain.sft_oracle` train tasks whatever the split's size. RL runs of every setting start from the stages under
-    one key."""
+    `extra` sections a study's stages also read), without the task counts -- the oracle's transcripts come from the
+    first `pretrain.sft_oracle` train tasks whatever the split's size. RL runs of every setting start from the stages
+    under one key."""
     return config_key(cfg, [*PIPELINE_SECTIONS, *extra], exclude=["tasks.n_train", "tasks.n_eval"])

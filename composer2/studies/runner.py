@@ -38,7 +38,8 @@ def default_out(name: str, scale: str) -> Path:
 
 # %% ../../nbs/91_runner.ipynb #08c014-4
 def check_out_dir(out: Path, name: str):
-    "Refuse an output dir that is a file, holds another study's results, or holds files of something else (a training run)."
+    """Refuse an output dir that is a file, holds another study's results, or holds files of something else (a training
+    run)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise C2Error(f"output dir {out} is a file")
@@ -394,11 +395,11 @@ INDEX_INTRO = (
     "Each section is one study run: what the report found, our figure, our verdict on each of the report's claims "
     "it addresses (reproduced, partly, not reproduced, or untestable here, judged on an interval and never on a "
     "point estimate, with the reason), then the supporting checks (build checks, preconditions, sanity bounds) with "
-    "the value the study measured, its threshold and whether it holds at that scale. Regenerate with `make reproduce` (or `c2 study "
-    "run NAME --scale S`); figures are drawn from each run's `results.json`. A failed run is marked failed, never "
-    "as holding. *code* is the commit a run came from: *dirty* when the checkout had uncommitted changes, *stale* "
-    "when the library or the study changed since, *trained at other code* when a training run it used (a "
-    "pretraining stage, an RL run: its `results.json` lists them) was trained at other library code than "
+    "the value the study measured, its threshold and whether it holds at that scale. Regenerate with `make reproduce` "
+    "(or `c2 study run NAME --scale S`); figures are drawn from each run's `results.json`. A failed run is marked "
+    "failed, never as holding. *code* is the commit a run came from: *dirty* when the checkout had uncommitted "
+    "changes, *stale* when the library or the study changed since, *trained at other code* when a training run it used "
+    "(a pretraining stage, an RL run: its `results.json` lists them) was trained at other library code than "
     "the current (another code digest)."
 )
 
@@ -410,10 +411,10 @@ def _md_inline_html(text: str) -> str:
 
 # %% ../../nbs/91_runner.ipynb #08c018-9
 def build_index(root=None) -> Path:
-    """Write `index.md` and `index.html` over every `*/*/results.json` under `root` (default `results_root()`): a summary
-    table (per study and scale: the verdicts on the report's claims and the supporting checks holding; a registered
-    study with no run yet gets a row saying how to run it), then one section per run -- the report's finding, the run's
-    figures at a readable size, its verdicts table, its checks table, links to the executed notebook and
+    """Write `index.md` and `index.html` over every `*/*/results.json` under `root` (default `results_root()`): a
+    summary table (per study and scale: the verdicts on the report's claims and the supporting checks holding; a
+    registered study with no run yet gets a row saying how to run it), then one section per run -- the report's finding,
+    the run's figures at a readable size, its verdicts table, its checks table, links to the executed notebook and
     `results.json`."""
     root = Path(root or results_root())
     root.mkdir(parents=True, exist_ok=True)
@@ -464,7 +465,8 @@ def build_index(root=None) -> Path:
             ]
         md += [
             "",
-            f"[executed notebook]({r['page']}) · [results.json]({r['results']}) · {r['device']} · code {r['code']} · {r['when']}",
+            f"[executed notebook]({r['page']}) · [results.json]({r['results']}) · {r['device']} · code {r['code']} · "
+            f"{r['when']}",
         ]
     atomic_write(root / "index.md", "\n".join(md) + "\n")
     e = html.escape
@@ -489,7 +491,8 @@ def build_index(root=None) -> Path:
             body = f'<p class="failed"><b>FAILED</b>: {e(r["error"])}</p>'
         else:
             trs = "".join(
-                f'<tr class="{"holds" if c["holds"] else "nothold"}"><td><b>{e(c["id"])}</b><br>{e(c["statement"])}</td>'
+                f'<tr class="{"holds" if c["holds"] else "nothold"}">'
+                f"<td><b>{e(c['id'])}</b><br>{e(c['statement'])}</td>"
                 f"<td>{e(_fmt(c['measured']))}</td><td>{e(c['threshold'])}</td>"
                 f"<td>{'holds' if c['holds'] else 'does not hold'}</td></tr>"
                 for c in r["claims"]
@@ -507,19 +510,23 @@ def build_index(root=None) -> Path:
         sections.append(
             f'<section id="{e(_anchor(r))}"><h2>{e(str(r["study"]))} ({e(r["scale"])}): {e(r["title"])}</h2>'
             f'<p class="report"><b>The report ({e(r["reproduces"])}):</b> {e(r["finding"])}</p>{figs}{body}'
-            f'<p class="meta"><a href="{e(r["page"])}">executed notebook</a> · <a href="{e(r["results"])}">results.json</a>'
+            f'<p class="meta"><a href="{e(r["page"])}">executed notebook</a> · '
+            f'<a href="{e(r["results"])}">results.json</a>'
             f" · {e(r['device'])} · code {e(r['code'])} · {e(r['when'])}</p></section>"
         )
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>composer2: study results</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; padding: 0 1em; }}
-table {{ border-collapse: collapse; margin: 0.5em 0; }} td, th {{ border: 1px solid #ccc; padding: 6px 8px; vertical-align: top; text-align: left; }}
+table {{ border-collapse: collapse; margin: 0.5em 0; }} \
+td, th {{ border: 1px solid #ccc; padding: 6px 8px; vertical-align: top; text-align: left; }}
 section img {{ display: block; max-width: 100%; margin: 0.5em 0; }} .report {{ background: #f4f4f8; padding: 0.6em; }}
-tr.holds td:last-child {{ color: #11691e; font-weight: bold; }} tr.nothold td:last-child, .failed {{ color: #b00020; font-weight: bold; }}
+tr.holds td:last-child {{ color: #11691e; font-weight: bold; }} \
+tr.nothold td:last-child, .failed {{ color: #b00020; font-weight: bold; }}
 .meta {{ color: #555; font-size: 90%; }} .missing {{ color: #555; font-style: italic; }}
 tr.reproduced td:nth-child(4) {{ color: #11691e; font-weight: bold; }} tr.partly td:nth-child(4) {{ color: #8a5a00; }}
-tr.not_reproduced td:nth-child(4) {{ color: #b00020; font-weight: bold; }} tr.untestable_here td:nth-child(4) {{ color: #555; }}
+tr.not_reproduced td:nth-child(4) {{ color: #b00020; font-weight: bold; }} \
+tr.untestable_here td:nth-child(4) {{ color: #555; }}
 </style></head><body>
 <h1>Study results</h1>
 <p>{_md_inline_html(INDEX_INTRO)}</p>

@@ -87,14 +87,15 @@ def support_paths(sources: dict[str, str]) -> list[str]:
 # upstream tests that fail now and then in the sandbox with nothing changed; every workspace skips them, saying why
 NONDETERMINISTIC = {
     "glob": {
-        "SymlinkLoopGlobTests.test_selflink": "nondeterministic in a sandbox under load: globbing a self-symlink loop misses one depth about 1 run in 80 "
-        "(four sandboxes on two cores), so it fails correct code"
+        "SymlinkLoopGlobTests.test_selflink": "nondeterministic in a sandbox under load: globbing a self-symlink loop "
+        "misses one depth about 1 run in 80 (four sandboxes on two cores), so it fails correct code"
     }
 }
 
 # %% ../../nbs/53_c2bench.ipynb #16c015-sk
 def skip_nondeterministic(module: str, test_text: str) -> str:
-    "`test_text` with `@unittest.skip(reason)` above each of `module`'s `NONDETERMINISTIC` tests (a `C2Error` if one is gone)."
+    """`test_text` with `@unittest.skip(reason)` above each of `module`'s `NONDETERMINISTIC` tests (a `C2Error` if one
+    is gone)."""
     lines, todo = test_text.splitlines(keepends=True), dict(NONDETERMINISTIC.get(module, {}))
     at = {}
     for cls in ast.parse(test_text).body:
@@ -190,7 +191,8 @@ def vet_module(
     out["n_tests"] = int(n.group(1)) if n else 0
     if not r.ok:
         out["reason"] = (
-            f"its tests fail in the sandbox ({_clean(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'no output')})"
+            "its tests fail in the sandbox "
+            f"({_clean(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'no output')})"
         )
     elif r.wall_s > max_test_s:
         out["reason"] = f"its tests take {r.wall_s:.1f}s (> {max_test_s}s)"
@@ -281,7 +283,8 @@ def _gz(text: str) -> bytes:
 
 
 def _write_version(dest: Path, tasks_gz: bytes, sources_gz: bytes, manifest: dict) -> dict:
-    "Write a built version's files into `dest`: tasks, sources, and the manifest with both files' sha256 (v1 and v2 alike)."
+    """Write a built version's files into `dest`: tasks, sources, and the manifest with both files' sha256 (v1 and v2
+    alike)."""
     manifest["files"] = {"tasks.jsonl.gz": _sha(tasks_gz), "sources.json.gz": _sha(sources_gz)}
     dest.mkdir(parents=True, exist_ok=True)
     for f, b in (("tasks.jsonl.gz", tasks_gz), ("sources.json.gz", sources_gz)):
@@ -291,7 +294,8 @@ def _write_version(dest: Path, tasks_gz: bytes, sources_gz: bytes, manifest: dic
 
 
 def module_splits(modules) -> dict[str, str]:
-    "{module: 'train' | 'eval'}: eval when sha256('c2bench-eval:' + name) falls in the first EVAL_FRACTION of its range."
+    """{module: 'train' | 'eval'}: eval when sha256('c2bench-eval:' + name) falls in the first EVAL_FRACTION of its
+    range."""
     return {m: "eval" if int(_sha(f"c2bench-eval:{m}")[:8], 16) < EVAL_FRACTION * 16**8 else "train" for m in modules}
 
 # %% ../../nbs/53_c2bench.ipynb #16c027-5
@@ -459,7 +463,8 @@ def build_c2bench(
     }
     _write_version(dest, tasks_gz, sources_gz, manifest)
     log(
-        f"c2bench {version}: {len(records)} tasks from {len(usable)} modules in {manifest['build']['seconds']}s -> {dest}"
+        f"c2bench {version}: {len(records)} tasks from {len(usable)} modules in {manifest['build']['seconds']}s -> "
+        f"{dest}"
     )
     return manifest
 
@@ -473,7 +478,8 @@ def _read_version(version: str, root: Path | str | None):
             else []
         )
         raise C2Error(
-            f"no c2bench version {version!r} under {d.parent} (have: {', '.join(p for p in have) or 'none'}; build it with build_c2bench)"
+            f"no c2bench version {version!r} under {d.parent} (have: {', '.join(p for p in have) or 'none'}; build it "
+            "with build_c2bench)"
         )
     manifest = json.loads((d / "manifest.json").read_text())
     raw = {f: (d / f).read_bytes() for f in ("tasks.jsonl.gz", "sources.json.gz")}
@@ -499,12 +505,14 @@ def c2bench_records(version: str = "v1", root: Path | str | None = None) -> tupl
 
 
 def differing_sources(local: dict[str, str], manifest: dict) -> list[str]:
-    "Paths of `local` (this machine's {path: text}) not as shipped: only where none are can a rebuild reproduce the records."
+    """Paths of `local` (this machine's {path: text}) not as shipped: only where none are can a rebuild reproduce the
+    records."""
     return sorted(p for p, t in local.items() if manifest["sources"].get(p) != _sha(t))
 
 
 def _edits_task(rec: dict, sources: dict[str, str], manifest: dict) -> Task:
-    "A v2 record's task: its unit's files (manifest) with the record's edits applied; the solution is the touched files' originals."
+    """A v2 record's task: its unit's files (manifest) with the record's edits applied; the solution is the touched
+    files' originals."""
     unit, mod = manifest["modules"][rec["module"]], rec["module"]
     files = {p: sources[p] for p in support_paths(sources) + unit["files"]}
     if (t := f"test/test_{mod}.py") in files:
@@ -620,7 +628,8 @@ def c2bench_suite(
     have = f"{sys.version_info[0]}.{sys.version_info[1]}"
     if check_python and want != have:
         raise C2Error(
-            f"c2bench {version} was validated with Python {want}; this is Python {have} (pass check_python=False to load it anyway)"
+            f"c2bench {version} was validated with Python {want}; this is Python {have} (pass check_python=False to "
+            "load it anyway)"
         )
     for name, val, allowed in [
         ("split", [split] if split else None, ["train", "eval"]),
@@ -676,7 +685,8 @@ def _revalidate_one(args) -> dict:
 
 # %% ../../nbs/53_c2bench.ipynb #16c034-2
 def revalidate(tasks: list, workers: int = 2, timeout: float = 30.0, limits: SandboxConfig | None = None) -> list[dict]:
-    "Per task: {id, module, mutated_fails, solution_passes, flaky, ok, wall_s}, from real sandbox runs (a failing solution runs twice)."
+    """Per task: {id, module, mutated_fails, solution_passes, flaky, ok, wall_s}, from real sandbox runs (a failing
+    solution runs twice)."""
     from composer2.sandbox.bwrap import SandboxPool
 
     with SandboxPool(workers) as pool:

@@ -70,7 +70,8 @@ class Def:
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-defs
 def _defs(path: str, text: str, src: _Source, tree) -> list[Def]:
-    "Top-level functions and classes and methods of top-level classes, each with its removal span (decorators included)."
+    """Top-level functions and classes and methods of top-level classes, each with its removal span (decorators
+    included)."""
     out = []
 
     def add(n, qn, kind):
@@ -92,8 +93,9 @@ def _defs(path: str, text: str, src: _Source, tree) -> list[Def]:
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-refs
 def _refs(tree, defs: list[Def], src: _Source) -> list[tuple]:
-    """(name, kind, offset, owner) of every load of a name (kind 'name') or attribute ('attr:VALUE' when it is read off a
-    plain name, else 'attr'); owner is the innermost function or method whose body holds it, None for import-time code."""
+    """(name, kind, offset, owner) of every load of a name (kind 'name') or attribute ('attr:VALUE' when it is read off
+    a plain name, else 'attr'); owner is the innermost function or method whose body holds it, None for import-time
+    code."""
     bodies = [(d.node.body[0].lineno, d.node.end_lineno, d.qualname) for d in defs if d.kind != "class"]
     out = []
     for n in ast.walk(tree):
@@ -138,7 +140,8 @@ def _drop_elements(src: _Source, elts: list, keep) -> list[tuple[int, int]]:
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-merge
 def _merge(edits, files) -> tuple:
-    "Sorted edits with overlapping or touching deletions of one file merged into one span; `before` filled in from `files`."
+    """Sorted edits with overlapping or touching deletions of one file merged into one span; `before` filled in from
+    `files`."""
     out = []
     for p, a, b, _, after in sorted(set(edits), key=lambda e: (e[0], e[1], e[2])):
         if out and out[-1][0] == p and a <= out[-1][2] and not after and not out[-1][4]:
@@ -268,7 +271,8 @@ def _public(q: str) -> bool:
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-group
 def _callers(u: _Unit, d: Def, max_defs: int) -> list[Def]:
-    "`d` and, transitively, the functions and methods that use it (methods are not followed further); [] past `max_defs` or at import time."
+    """`d` and, transitively, the functions and methods that use it (methods are not followed further); [] past
+    `max_defs` or at import time."""
     group, todo = [d], [d]
     while todo and len(group) <= max_defs:
         x = todo.pop()
@@ -284,7 +288,8 @@ def _callers(u: _Unit, d: Def, max_defs: int) -> list[Def]:
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-removals
 def removal_changes(u: _Unit, min_lines: int = 8, max_lines: int = 400, max_defs: int = 6) -> list[Change]:
-    "The unit's `feature`, `multi_site` (kind 'callers') and `underspecified` (kind 'helper') removals, in source order."
+    """The unit's `feature`, `multi_site` (kind 'callers') and `underspecified` (kind 'helper') removals, in source
+    order."""
     found, alldefs = [], [d for p in sorted(u.files) for d in u.defs[p]]
     for d in alldefs:
         if not u.is_live(d) or sum(x.path == d.path and x.qualname == d.qualname for x in alldefs) > 1:
@@ -312,7 +317,8 @@ def camel(name: str) -> str:
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-tokens
 def _tokens(u: _Unit, p: str, name: str) -> list[tuple[int, int, str]]:
-    "(start, end, text) of the NAME tokens `name` in file `p` and the string literals that spell it exactly (tokenized once per file)."
+    """(start, end, text) of the NAME tokens `name` in file `p` and the string literals that spell it exactly (tokenized
+    once per file)."""
     if p not in u._tokens:
         src, toks = u.src[p], u._tokens.setdefault(p, [])
         for t in tokenize.generate_tokens(io.StringIO(u.files[p]).readline):
@@ -323,7 +329,8 @@ def _tokens(u: _Unit, p: str, name: str) -> list[tuple[int, int, str]]:
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-renames
 def rename_changes(u: _Unit, min_uses: int = 2) -> list[Change]:
-    "`multi_site` renames (kind 'rename'): each live public snake_case function or method used `min_uses` times or more."
+    """`multi_site` renames (kind 'rename'): each live public snake_case function or method used `min_uses` times or
+    more."""
     out, seen = [], set()
     for p in sorted(u.files):
         for d in u.defs[p]:
@@ -343,7 +350,8 @@ def rename_changes(u: _Unit, min_uses: int = 2) -> list[Change]:
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-branches
 def branch_changes(u: _Unit, min_lines: int = 4) -> list[Change]:
-    "`underspecified` deletions (kind 'branch') of a whole `if` block without else, `min_lines` lines or more, in a live function."
+    """`underspecified` deletions (kind 'branch') of a whole `if` block without else, `min_lines` lines or more, in a
+    live function."""
     out = []
     for p in sorted(u.files):
         src = u.src[p]

@@ -93,7 +93,8 @@ def _text_files(root: Path, rel: str) -> list[str]:
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-layout
 def unit_layout(unit: str, stdlib: Path | None = None, site: Path | None = None) -> dict:
-    "{root, files (the unit's whole repository), code (what a change may touch), tests, test_modules} from the machine's files."
+    """{root, files (the unit's whole repository), code (what a change may touch), tests, test_modules} from the
+    machine's files."""
     spec = V2_UNITS[unit]
     root = Path(site or site_dir()) if spec.get("site") else Path(stdlib or stdlib_dir())
     files = _text_files(root, unit) if (root / unit).is_dir() else [f"{unit}.py"]
@@ -111,7 +112,8 @@ def unit_layout(unit: str, stdlib: Path | None = None, site: Path | None = None)
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-cmd
 def unit_test_cmd(test_modules: list[str]) -> str:
-    "The command that runs a unit's test modules in the sandbox (exit 0 = they pass); the judge reads the same modules off it."
+    """The command that runs a unit's test modules in the sandbox (exit 0 = they pass); the judge reads the same modules
+    off it."""
     return "PYTHONHASHSEED=0 python3 -B -m unittest -q " + " ".join(test_modules)
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-sources
@@ -141,7 +143,8 @@ def unit_workspace(
 _PROBE_V2 = (
     "import importlib, json, os, sys, unittest, unittest.main, test.support; tops = {tops!r}; "
     "pre = [t for t in tops if t in sys.modules]; [importlib.import_module(m) for m in {mods!r}]; "
-    "print(json.dumps([pre, all(os.path.abspath(importlib.import_module(t).__file__).startswith(os.getcwd() + '/') for t in tops)]))"
+    "print(json.dumps([pre, "
+    "all(os.path.abspath(importlib.import_module(t).__file__).startswith(os.getcwd() + '/') for t in tops)]))"
 )
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-vet
@@ -156,7 +159,8 @@ def vet_unit(
     out["n_tests"] = int(n.group(1)) if (n := re.search(r"^Ran (\d+) tests?", r.stderr, re.M)) else 0
     if not r.ok:
         out["reason"] = (
-            f"its tests fail in the sandbox ({_clean(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'no output')})"
+            "its tests fail in the sandbox "
+            f"({_clean(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'no output')})"
         )
     elif r.cpu_s > max_test_s:
         out["reason"] = f"its tests take {r.cpu_s:.1f} s of CPU (> {max_test_s} s)"
@@ -220,7 +224,8 @@ def symptom(test_id: str) -> str:
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-mkprompt
 def make_prompt_v2(change: Change, failures: list[dict], seed: str) -> tuple[str, str]:
-    "(prompt, hint): hint 'name' (features, callers, renames) or 'symptom' (underspecified: neither the function nor the file)."
+    """(prompt, hint): hint 'name' (features, callers, renames) or 'symptom' (underspecified: neither the function nor
+    the file)."""
     if not failures:
         raise C2Error("a prompt needs at least one failing test")
     rng = random.Random(f"c2bench-v2-prompt:{seed}")
@@ -262,7 +267,8 @@ def _approx_lines(change: Change) -> int:
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-cands
 def v2_candidates(unit: str, layout: dict, sources: dict[str, str], seed: int = 0) -> dict[str, list[Change]]:
-    "{category: [Change]}: the unit's changes over its live code, big enough, in a seeded order with multi-file changes first."
+    """{category: [Change]}: the unit's changes over its live code, big enough, in a seeded order with multi-file
+    changes first."""
     code = {p: sources[p] for p in layout["code"]}
     u = _Unit(unit, code, {p: live_defs(p, t) for p, t in code.items()})
     found = removal_changes(u) + rename_changes(u) + branch_changes(u)
@@ -297,10 +303,10 @@ V2_EVAL_PACKAGES = 2  # fewest packages (units of several code files) in the eva
 
 
 def v2_splits(layouts: dict) -> dict[str, str]:
-    """{unit: 'train' | 'eval'} for the units of `layouts`: v1's hash of the name (`module_splits`), then, while eval holds
-    fewer than V2_EVAL_PACKAGES packages, the train package whose hash is nearest the cut moves to eval: the multi-file
-    tasks come from packages, and one eval package is too few to measure them on. A package's split thus depends on the
-    other packages built with it; a single-file module's never does."""
+    """{unit: 'train' | 'eval'} for the units of `layouts`: v1's hash of the name (`module_splits`), then, while eval
+    holds fewer than V2_EVAL_PACKAGES packages, the train package whose hash is nearest the cut moves to eval: the
+    multi-file tasks come from packages, and one eval package is too few to measure them on. A package's split thus
+    depends on the other packages built with it; a single-file module's never does."""
     splits = module_splits(list(layouts))
     packages = sorted((u for u in layouts if len(layouts[u]["code"]) > 1), key=lambda u: _sha(f"c2bench-eval:{u}"))
     short = V2_EVAL_PACKAGES - sum(splits[u] == "eval" for u in packages)
@@ -358,7 +364,8 @@ def _record_v2(c: Change, sources: dict[str, str], res: dict, split: str) -> dic
 
 # %% ../../nbs/55_c2bench_v2.ipynb #c2v2-rounds
 def _validate(cands: dict, quota: dict, layouts: dict, sources: dict, pool, timeout: float, limits, log) -> dict:
-    "{(unit, category): [result]}: each unit's candidates in order, in rounds, until its quota of killed ones (or none left)."
+    """{(unit, category): [result]}: each unit's candidates in order, in rounds, until its quota of killed ones (or none
+    left)."""
     results = {(u, k): [] for u in cands for k in V2_CATEGORIES}
     accepted = lambda key: sum(r["outcome"] == "killed" for r in results[key])
     rnd = 0
@@ -465,7 +472,8 @@ def _write_v2(
     build: dict,
     log,
 ) -> dict:
-    "Write tasks.jsonl.gz, sources.json.gz (gzip with mtime 0: the same bytes every build) and manifest.json; the manifest."
+    """Write tasks.jsonl.gz, sources.json.gz (gzip with mtime 0: the same bytes every build) and manifest.json; the
+    manifest."""
     tasks_gz = _gz("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
     sources_gz = _gz(json.dumps(sources, sort_keys=True, indent=0))
     manifest = {

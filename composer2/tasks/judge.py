@@ -28,7 +28,8 @@ __all__ = ['AUDITED', 'JUDGE_RUNNER', 'protected_files', 'judge_spec', 'Verdict'
 
 # %% ../../nbs/57_judge.ipynb #15c005
 def protected_files(task: Task) -> list[str]:
-    "The files the judge restores before testing: `meta['protected']`, else the files the fix leaves alone that are tests (a path part starting with 'test') or named by the test command."
+    """The files the judge restores before testing: `meta['protected']`, else the files the fix leaves alone that are
+    tests (a path part starting with 'test') or named by the test command."""
     if "protected" in task.meta:
         return list(task.meta["protected"])
     named = set(re.findall(r"[\w./-]+", task.test_cmd))
@@ -40,11 +41,11 @@ def protected_files(task: Task) -> list[str]:
 
 # %% ../../nbs/57_judge.ipynb #15c005-1
 def judge_spec(task: Task) -> dict:
-    """How the judge runs `task`'s tests: `{kind, tests, fresh, hashseed}`. `kind` is `unittest` (test modules named after
-    `-m unittest` in the test command: each test's outcome) or `scripts` (the `python3 X.py` scripts of the command, the
-    glob runner of long-horizon tasks expanded to its `test_*.py`: a script passes when it runs to its end); `fresh` are
-    the workspace's top-level module names (imported from the workspace even if the runner loaded a namesake).
-    `meta['judge']` overrides; `C2Error` for a test command that is neither."""
+    """How the judge runs `task`'s tests: `{kind, tests, fresh, hashseed}`. `kind` is `unittest` (test modules named
+    after `-m unittest` in the test command: each test's outcome) or `scripts` (the `python3 X.py` scripts of the
+    command, the glob runner of long-horizon tasks expanded to its `test_*.py`: a script passes when it runs to its
+    end); `fresh` are the workspace's top-level module names (imported from the workspace even if the runner loaded a
+    namesake). `meta['judge']` overrides; `C2Error` for a test command that is neither."""
     if "judge" in task.meta:
         spec = dict(task.meta["judge"])
     elif m := re.search(r"-m\s+unittest\b(?:\s+-\S+)*((?:\s+[\w.]+)+)", task.test_cmd):
@@ -96,8 +97,8 @@ AUDITED = (
 JUDGE_RUNNER = r"""import os, sys
 
 def _c2_judge():
-    # 1. before any code of the workspace exists in this process: the key (from the pipe on stdin, read once) and the
-    # spec
+    # 1. before any code of the workspace exists in this process: the key (from the pipe on stdin, read once) and
+    # the spec
     buf, n = bytearray(1 << 20), 0
     while n < len(buf):
         k = os.readv(0, [memoryview(buf)[n:]])
@@ -136,9 +137,11 @@ def _c2_judge():
                 f = f.f_back
         finally: busy[0] = False
     sys.addaudithook(audit)
-    out = os.open(os.path.join(root, spec["result"]), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    out = os.open(os.path.join(root, spec["result"]),
+                  os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     write, pwrite, trunc, exit_, fmt = os.write, os.pwrite, os.ftruncate, os._exit, traceback.format_exception
-    ut = spec["kind"] == "unittest"   # test scripts need none of unittest's machinery (importing it is ~20% of a run's CPU)
+    # test scripts need none of unittest's machinery (importing it is ~20% of a run's CPU)
+    ut = spec["kind"] == "unittest"
     if ut: import runpy, unittest, unittest.case, unittest.result, unittest.suite, unittest.loader, unittest.util
 
     class Rec(unittest.TestResult if ut else object):
@@ -170,19 +173,21 @@ def _c2_judge():
         return sorted(f"{getattr(objs[i], '__name__', i)}.{k}" for i, k in moved)
     rec_out, rec_keys = rec.out, set(vars(rec))
     before = snap(watch)
-    mods = {m: id(sys.modules.get(m)) for m in (("unittest", "unittest.case", "unittest.result", "unittest.suite", "unittest.loader", "runpy") if ut else ()) + ("builtins", "os")}
+    mods = {m: id(sys.modules.get(m))
+            for m in (("unittest", "unittest.case", "unittest.result", "unittest.suite", "unittest.loader", "runpy")
+                      if ut else ()) + ("builtins", "os")}
     fresh = set(spec["fresh"])
     for m in list(sys.modules):   # the workspace's own modules are imported from the workspace, not from what we loaded
         if m.split(".")[0] in fresh: del sys.modules[m]
     import importlib.machinery, ast
     # from here on, bytecode is read and written only under an empty tmpfs (the sandbox's /tmp is fresh per run, -B
-    # writes
-    # nothing): never a planted `__pycache__` of the workspace. Set here, not by `-X pycache_prefix` at start-up, so
-    # that
-    # the standard library imported above uses its own compiled bytecode (compiling it from source cost ~0.1 s per run)
+    # writes nothing): never a planted `__pycache__` of the workspace. Set here, not by `-X pycache_prefix` at
+    # start-up, so that the standard library imported above uses its own compiled bytecode (compiling it from source
+    # cost ~0.1 s per run)
     sys.pycache_prefix = "/tmp/.c2-pycache"
     finder, stdlib = importlib.machinery.PathFinder.find_spec, sys.stdlib_module_names
-    class Workspace:   # top-level imports from the workspace, first; a standard-library name only for the task's own modules
+    # top-level imports from the workspace, first; a standard-library name only for the task's own modules
+    class Workspace:
         @staticmethod
         def find_spec(name, path=None, target=None):
             if path is not None or "." in name or (name in stdlib and name not in fresh): return None
@@ -213,7 +218,8 @@ def _c2_judge():
             if t in (list, tuple, set, frozenset): return depth < 64 and all(plain(x, depth + 1) for x in v)
             return t is dict and depth < 64 and all(plain(k, depth + 1) and plain(x, depth + 1) for k, x in v.items())
         def eq(a, b):   # `assert a == b` of a test script: an object whose __eq__ says yes to anything is no answer
-            if not (plain(a) and plain(b)): raise AssertionError(f"compared a {type(a).__name__} with a {type(b).__name__}: not plain values")
+            if not (plain(a) and plain(b)):
+                raise AssertionError(f"compared a {type(a).__name__} with a {type(b).__name__}: not plain values")
             return a == b
         class Strict(ast.NodeTransformer):
             def visit_Assert(self, n):
@@ -228,7 +234,8 @@ def _c2_judge():
                 code = compile(ast.fix_missing_locations(Strict().visit(tree)), full, "exec", dont_inherit=True)
                 exec(code, {"__name__": "__main__", "__file__": full, "__builtins__": builtins, "__c2_eq__": eq})
                 rec.put(path, "pass")
-            except BaseException as e: rec.put(path, "fail", (type(e), e, e.__traceback__))   # SystemExit too: a test runs to its end
+            except BaseException as e:   # SystemExit too: a test runs to its end
+                rec.put(path, "fail", (type(e), e, e.__traceback__))
         import importlib
         for i, (module, call) in enumerate(spec["probes"]):   # hidden tests: only the value leaves, never the answer
             try:
@@ -252,8 +259,10 @@ def _c2_judge():
     payload = "\n".join(l.replace("\r", " ") for l in lines).encode("utf-8", "backslashreplace")
     h = mac.copy(); h.update(payload)
     trunc(out, 0); pwrite(out, h.hexdigest().encode() + b"\n" + payload, 0)
-    summary = [f"{sum(v == 'pass' for v in rec.out.values())} passed, {sum(v == 'fail' for v in rec.out.values())} failed, "
-               f"{sum(v == 'skip' for v in rec.out.values())} skipped"] + rec.log[:3] + ([f"tampered: {', '.join(changed)}"] if changed else [])
+    summary = [f"{sum(v == 'pass' for v in rec.out.values())} passed, "
+               f"{sum(v == 'fail' for v in rec.out.values())} failed, "
+               f"{sum(v == 'skip' for v in rec.out.values())} skipped"] + rec.log[:3] + (
+                   [f"tampered: {', '.join(changed)}"] if changed else [])
     write(2, ("\n".join(summary[::-1]) + "\n").encode("utf-8", "backslashreplace"))
     exit_(0)
 
@@ -263,7 +272,8 @@ _c2_judge()
 # %% ../../nbs/57_judge.ipynb #15c005-3
 @dataclass
 class Verdict:
-    "The judge's decision on a workspace: `solved`, why (`reason`), the expected tests, every reported outcome and the run."
+    """The judge's decision on a workspace: `solved`, why (`reason`), the expected tests, every reported outcome and the
+    run."""
 
     solved: bool
     reason: str
@@ -332,9 +342,10 @@ _REFERENCE, _REFERENCE_LOCK = {}, threading.Lock()
 
 # %% ../../nbs/57_judge.ipynb #15c005-6
 def expected_tests(task: Task, sandbox, timeout: float | None = None) -> tuple[list[str], list[str]]:
-    """(the tests a solved workspace must pass, what the reference itself changes in the test machinery). Scripts: all of
-    them. unittest: those that pass on the reference solution in a sandbox like `sandbox` (run once per task and process,
-    then cached); `C2Error` when the reference cannot be run or does not pass the tests the task is known to break."""
+    """(the tests a solved workspace must pass, what the reference itself changes in the test machinery). Scripts: all
+    of them. unittest: those that pass on the reference solution in a sandbox like `sandbox` (run once per task and
+    process, then cached); `C2Error` when the reference cannot be run or does not pass the tests the task is known to
+    break."""
     spec = judge_spec(task)
     if spec["kind"] == "scripts":
         return list(spec["tests"]) + [f"hidden:{i}" for i in range(len(spec["probes"]))], []
@@ -401,13 +412,13 @@ def _same_value(got: str | None, want: str) -> bool:
 # %% ../../nbs/57_judge.ipynb #15c005-7a
 class JudgeCache:
     """Verdicts by task and workspace tree: a workspace whose whole tree (`workspace_digest`) was judged before, for the
-    same task in a sandbox with the same limits, gets that verdict (the same object) without a run. The judge is a function
-    of the tree it is given -- the tests restored, a fresh key, a fresh sandbox -- and the tests of the suites here are
-    deterministic, so a run would say the same (of a flaky test, the first outcome would stand). The episodes of a group
-    or of an evaluated task often leave one tree (most leave the files as given): in an evaluation of the SFT policy
-    (48 held-out tasks x 8) 384 episodes left 91 distinct trees. Not kept: runs that timed out, and trees the digest does
-    not summarise; a verdict is reused only under a timeout at least its run's wall time. At most `size` verdicts, the
-    least recently used dropped first. Thread-safe; `hits` and `misses` count the lookups."""
+    same task in a sandbox with the same limits, gets that verdict (the same object) without a run. The judge is a
+    function of the tree it is given -- the tests restored, a fresh key, a fresh sandbox -- and the tests of the suites
+    here are deterministic, so a run would say the same (of a flaky test, the first outcome would stand). The episodes
+    of a group or of an evaluated task often leave one tree (most leave the files as given): in an evaluation of the SFT
+    policy (48 held-out tasks x 8) 384 episodes left 91 distinct trees. Not kept: runs that timed out, and trees the
+    digest does not summarise; a verdict is reused only under a timeout at least its run's wall time. At most `size`
+    verdicts, the least recently used dropped first. Thread-safe; `hits` and `misses` count the lookups."""
 
     def __init__(self, size: int = 4096):
         self.size, self._d, self._lock, self.hits, self.misses = size, OrderedDict(), threading.Lock(), 0, 0

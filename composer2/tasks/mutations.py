@@ -161,7 +161,8 @@ def _nodes(fn):
 
 # %% ../../nbs/52_mutations.ipynb #16c009-4
 def _statements(fn):
-    "(enclosing statement list, statement) for every statement of a function (nested defs included), docstring excluded."
+    """(enclosing statement list, statement) for every statement of a function (nested defs included), docstring
+    excluded."""
     out = []
 
     def walk(stmts):
@@ -267,7 +268,8 @@ def _statement_sites(src, qn, fn, add):
 
 # %% ../../nbs/52_mutations.ipynb #16c009-7
 def mutation_sites(module: str, text: str) -> list[Mutation]:
-    "Every mutation of every function and method of `text` that parses and changes the function's syntax tree, in source order."
+    """Every mutation of every function and method of `text` that parses and changes the function's syntax tree, in
+    source order."""
     src, tree, out = _Source(text), ast.parse(text), []
 
     def add(qn, cat, node, a, b, new):

@@ -599,7 +599,10 @@ _LH_PROMPTS = [
     "finish the release checklist (README.md)",
     "work through README.md",
 ]
-_RUNNER = 'import glob\nimport runpy\n\nfor path in sorted(glob.glob("test_*.py")):\n    runpy.run_path(path)\nprint("all tests passed")\n'
+_RUNNER = (
+    'import glob\nimport runpy\n\nfor path in sorted(glob.glob("test_*.py")):\n    runpy.run_path(path)\n'
+    'print("all tests passed")\n'
+)
 
 # %% ../../nbs/51_synthetic.ipynb #14c016-6
 def _long_task(c: TasksConfig, r: random.Random, context_tokens: int, factor: float, count_tokens=None) -> Task:

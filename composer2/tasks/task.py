@@ -90,9 +90,9 @@ def _trim(a: list[str], b: list[str]) -> tuple[list[str], list[str]]:
 
 # %% ../../nbs/50_tasks.ipynb #14c013-5
 def lines_changed(files: dict[str, str], new: dict[str, str], overlay: bool = True) -> int:
-    """Lines changed from `files` to `new` (a solution overlay, or with `overlay=False` a whole repository): per hunk, the
-    larger of removed and added. A file whose differing middle passes `DIFF_MAX_LINES` counts that whole middle (difflib is
-    quadratic: a workspace of huge files must not stall the host)."""
+    """Lines changed from `files` to `new` (a solution overlay, or with `overlay=False` a whole repository): per hunk,
+    the larger of removed and added. A file whose differing middle passes `DIFF_MAX_LINES` counts that whole middle
+    (difflib is quadratic: a workspace of huge files must not stall the host)."""
     n = 0
     for p in set(files) | set(new):
         a = files.get(p, "")
@@ -125,7 +125,8 @@ def _hunk_edit(cur: list[str], tgt: list[str]) -> tuple[str, str] | None:
     blocks = [blk for blk in sm.get_matching_blocks()]
 
     def to_new(i, end=False):
-        "The target position of a boundary inside or at the edge of an equal run; at a junction a start maps to the run before it, an end to the run after it."
+        """The target position of a boundary inside or at the edge of an equal run; at a junction a start maps to the
+        run before it, an end to the run after it."""
         for bi, bj, n in reversed(blocks) if end else blocks:
             if bi <= i <= bi + n:
                 return bj + i - bi
@@ -164,7 +165,8 @@ def file_edits(old: str, new: str, max_edits: int = 50) -> list[tuple[str, str]]
 
 # %% ../../nbs/50_tasks.ipynb #14c019-2
 def edit_calls(files: dict[str, str], solution: dict[str, str]) -> list[tuple[str, dict]]:
-    "Tool calls (name, arguments) that apply the `solution` overlay to the repository `files`: edit_file, else write_file."
+    """Tool calls (name, arguments) that apply the `solution` overlay to the repository `files`: edit_file, else
+    write_file."""
     calls = []
     for p in sorted(solution):
         old, new = files.get(p), solution[p]
