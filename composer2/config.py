@@ -142,6 +142,19 @@ class PretrainConfig:
     runs: str = opt("runs/pretrain", doc="stages write to RUNS/SCALE/STAGE[-LEVEL]/")
     base_steps: int = opt(40, lo=1)
     base_prose_fraction: float = opt(0.7, lo=0.0, hi=1.0, doc="share of prose windows in the base mix")
+    copy_share: float = opt(
+        0.0,
+        lo=0.0,
+        hi=0.9,
+        doc="share of rows in base, cpt, mtp and long that are copy rows (random tokens, a span, a gap, the span "
+        "again; loss on the repeat only): they teach in-context copying by content (issue 49)",
+    )
+    copy_warmup_steps: int = opt(
+        0,
+        lo=0,
+        doc="the base stage's first steps train on copy rows only, 4x as many a quarter as long: copying forms on "
+        "short rows, then carries over to full-length ones (issue 49's curriculum); counted in base_steps",
+    )
     cpt_steps: int = opt(20, lo=1, doc="steps of the `small` level; medium and large scale it by cpt_levels")
     cpt_levels: list[float] = opt([1.0, 3.16, 10.0], doc="compute multipliers of small, medium, large")
     cpt_prose_fraction: float = opt(0.1, lo=0.0, hi=1.0, doc="the code-dominated mix keeps a little prose")

@@ -36,10 +36,11 @@ def rl_verdicts(out, ids, figure_px=1000):
     return report_verdicts(out, ids, figure_px, svg=False)
 
 
-# the studies whose smoke runs are cheap (no RL pipeline): `make test` runs them; the RL studies run in the e2e tier
-# (`make test-e2e`, and always under CI), into the same results root
-QUICK = ["kl_estimators", "length_penalty", "cpt_loss", "c2bench", "mxfp8_parity", "mtp_speculation"]
-RL_STUDIES = [s for s in STUDIES if s not in QUICK]
+# the studies whose smoke runs take seconds to a minute each (~90 s together on a quiet machine): `make test` runs them;
+# the rest (the five RL pipelines, mxfp8_parity's two trainings, mtp_speculation's stages and 20k-row check) run in the
+# e2e tier (`make test-e2e`, and always under CI), into the same results root
+QUICK = ["kl_estimators", "length_penalty", "cpt_loss", "c2bench"]
+REST = [s for s in STUDIES if s not in QUICK]
 
 
 def reproduce_into(env, names):
@@ -58,9 +59,9 @@ def smoke(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def smoke_rl(smoke):
-    "The RL studies (five RL pipelines, ~10 min alone) reproduced at smoke scale beside the quick ones."
-    reproduce_into(smoke[1], RL_STUDIES)
+def smoke_all(smoke):
+    "The other studies (five RL pipelines among them, ~13 min alone) reproduced at smoke scale beside the quick ones."
+    reproduce_into(smoke[1], REST)
     return smoke
 
 
@@ -233,10 +234,10 @@ def test_index(smoke):
 
 
 @pytest.mark.e2e
-def test_index_of_every_study(smoke_rl):
+def test_index_of_every_study(smoke_all):
     "With the RL studies beside the quick ones, the index holds every registered study."
-    check_index(smoke_rl[0], list(STUDIES))
-    assert "**The report (Figure 5):** During RL" in (smoke_rl[0] / "index.md").read_text()
+    check_index(smoke_all[0], list(STUDIES))
+    assert "**The report (Figure 5):** During RL" in (smoke_all[0] / "index.md").read_text()
 
 
 def test_index_in_a_real_browser(smoke):
@@ -274,11 +275,11 @@ def test_index_in_a_real_browser(smoke):
 
 
 @pytest.mark.e2e
-def test_best_of_k_results(smoke_rl):
+def test_best_of_k_results(smoke_all):
     """The pipeline runs end to end at smoke scale: SFT checkpoint, RL steps, evaluations during RL with best-of-K for
     K = 1..eval_k, and Figure 5's two verdicts on the real runs' interval over seeds and tasks (untestable with the two
     smoke seeds: the criterion needs four)."""
-    out = smoke_rl[0] / "best_of_k" / "smoke"
+    out = smoke_all[0] / "best_of_k" / "smoke"
     res, verdicts = rl_verdicts(out, ["heldout_pass1_rises", "best_of_k_no_tradeoff"])
     m = res["metrics"]
     c = load_config(res["params"]["base_scale"], overrides=res["params"]["config"])  # what the study's runs were given
@@ -366,11 +367,11 @@ def test_best_of_k_results(smoke_rl):
 
 
 @pytest.mark.e2e
-def test_rl_systems_results(smoke_rl):
+def test_rl_systems_results(smoke_all):
     """Async vs sync RL at smoke scale, two repeats of every arm: the staleness bound, on-policy sync and exact fp32
     on-policy log-probs hold even here; the ratios are judged on t-intervals over the repeats (speed is measured, not
     asserted: wall time on shared CI cores says nothing), and the fallback's verdict is untestable without its run."""
-    out = smoke_rl[0] / "rl_systems" / "smoke"
+    out = smoke_all[0] / "rl_systems" / "smoke"
     res, verdicts = rl_verdicts(
         out, ["async_faster", "replay_cuts_mismatch", "fallback_cuts_p99", "delta_smaller", "bf16_mostly_unchanged"]
     )
@@ -563,11 +564,12 @@ def test_submit_local_sweep_and_status(tmp_path):
     )
 
 
-def test_mxfp8_parity_results(smoke):
+@pytest.mark.e2e
+def test_mxfp8_parity_results(smoke_all):
     """Both arms start from one init on the same batches (equal first-step loss) and train the configured steps; the
     loss parity verdict carries its interval over windows, NVFP4's per-token scales make its forward batch-invariant
     bit for bit, and the kernel speed-ups are untestable on CPUs."""
-    out = smoke[0] / "mxfp8_parity" / "smoke"
+    out = smoke_all[0] / "mxfp8_parity" / "smoke"
     res, verdicts = report_verdicts(out, ["mxfp8_loss_matches", "nvfp4_batch_invariant", "mxfp8_speed"])
     m = res["metrics"]
     steps = load_config("smoke", overrides=res["params"]["config"]).train.steps
@@ -587,11 +589,12 @@ def test_mxfp8_parity_results(smoke):
     assert 64 <= len(m["nvfp4_err"]) <= res["params"]["n_eval_seqs"] * 64  # held-out windows of the smoke seq_len (64)
 
 
-def test_mtp_speculation_results(smoke):
+@pytest.mark.e2e
+def test_mtp_speculation_results(smoke_all):
     """Both MTP arms come from one mid-cpt checkpoint (same trunk: same internal NLL), every prompt is measured for both
     arms and both samplers, greedy speculative decoding is exact, and sampled speculative decoding is checked against
     the exact two-token distribution on >= 20k rows (the MTP-quality verdicts need the cpu scale)."""
-    out = smoke[0] / "mtp_speculation" / "smoke"
+    out = smoke_all[0] / "mtp_speculation" / "smoke"
     res, verdicts = report_verdicts(out, ["distill_accepts_more", "speculation_faster"])
     m, p = res["metrics"], res["params"]
     assert m["stages"]["mtp-distill"]["internal_nll"] == m["stages"]["mtp-hard"]["internal_nll"]  # the trunk is frozen
@@ -611,15 +614,15 @@ def test_mtp_speculation_results(smoke):
 
 
 @pytest.mark.e2e
-def test_grpo_variants_results(smoke_rl):
+def test_grpo_variants_results(smoke_all):
     """The study shares best_of_k's runs: its Dr. GRPO arm and control are best_of_k's (the same evaluations), every arm
     starts from the shared step-0 evaluation, the variants are evaluated after their last step only, and the four
     verdicts are judged on the intervals the claims compute, every arm named plainly."""
-    out = smoke_rl[0] / "grpo_variants" / "smoke"
+    out = smoke_all[0] / "grpo_variants" / "smoke"
     res, verdicts = rl_verdicts(
         out, ["std_norm_upweights_equals", "length_norm_biases_length", "dr_grpo_not_worse", "no_overlong_mask_needed"]
     )
-    bk = json.loads((smoke_rl[0] / "best_of_k" / "smoke" / "results.json").read_text())["metrics"]
+    bk = json.loads((smoke_all[0] / "best_of_k" / "smoke" / "results.json").read_text())["metrics"]
     m = res["metrics"]
     assert m["runs"] == ["rl", "std_norm", "length_norm", "overlong_mask", "rl_replicate", "shuffle"]
     assert (
@@ -642,12 +645,12 @@ def test_grpo_variants_results(smoke_rl):
 
 
 @pytest.mark.e2e
-def test_self_summary_results(smoke_rl):
+def test_self_summary_results(smoke_all):
     """Three arms from one SFT checkpoint on the long-horizon suite, each evaluated before and after on the same
     held-out tasks, with per-episode token and prefill accounting. The smoke policy solves nothing and does not copy
     its context, so the error verdict is untestable (with the reason), as is the tokens verdict while both arms have
     alike summary budgets; the prompt arm is named zero-shot (SFT never showed the compaction prompt)."""
-    out = smoke_rl[0] / "self_summary" / "smoke"
+    out = smoke_all[0] / "self_summary" / "smoke"
     res, verdicts = rl_verdicts(out, ["self_halves_error", "self_fewer_tokens", "hard_tasks_summarise_more"])
     m = res["metrics"]
     assert m["arms"] == ["self", "prompt", "truncate"] and all(len(m["evals"][a]) == 2 for a in m["arms"])
@@ -682,13 +685,13 @@ def test_self_summary_results(smoke_rl):
 
 
 @pytest.mark.e2e
-def test_cpt_to_rl_results(smoke_rl):
+def test_cpt_to_rl_results(smoke_all):
     """Three cpt levels through the same SFT and identical RL runs; the `small` level is best_of_k's pipeline (shared:
     the same SFT checkpoint), more continued pretraining ends lower, and every level x seed has its RL point; the
     verdict is the within-seed slope's interval, the rank check holds only at an exact p < 0.05."""
-    out = smoke_rl[0] / "cpt_to_rl" / "smoke"
+    out = smoke_all[0] / "cpt_to_rl" / "smoke"
     res, verdicts = rl_verdicts(out, ["loss_predicts_reward"])
-    bk = json.loads((smoke_rl[0] / "best_of_k" / "smoke" / "results.json").read_text())["metrics"]
+    bk = json.loads((smoke_all[0] / "best_of_k" / "smoke" / "results.json").read_text())["metrics"]
     m = res["metrics"]
     assert m["stages"]["small"]["sft"]["internal_nll"] == bk["stages"]["sft"]["internal_nll"]
     assert len(m["points"]) == len(m["levels"]) * len(m["seeds"]) and m["levels"] == ["small", "medium", "large"]

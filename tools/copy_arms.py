@@ -42,6 +42,12 @@ ARMS = {
     "short-1e-3": dict(kind="short", share=1.0, lr=1e-3, rows=32, T=64),  # its control: every id, the same rate
     "short-sub1024": dict(kind="short", share=1.0, lr=1e-3, rows=32, T=64, vocab=1024),  # the next step (--init)
     "self-copy": dict(kind="self", share=0.5, lr=5e-4),  # a code window followed by itself
+    # the unembedding tied to the embedding: a head that moves a token's embedding forward then scores that token high
+    # for every id at once, where an untied head must learn the identity map id by id (~0.1 examples per id a step)
+    "short-tied": dict(kind="short", share=1.0, lr=1e-3, rows=32, T=64, tie=True),
+    # tied, at the base's shape: half the rows random span, gap, span (loss on the repeat only), half code; from scratch,
+    # or after short-tied (--init): the curriculum
+    "span-tied": dict(kind="span", share=0.5, lr=1e-3, tie=True),
 }
 
 
@@ -136,6 +142,7 @@ def main():
     torch.set_num_threads(a.threads)
     arm = ARMS[a.arm]
     cfg = load_config(scale="cpu")
+    cfg.model.tie_embeddings = arm.get("tie", False)
     data = open_data(cfg)
     V, T, B = data.vocab_size, arm.get("T", cfg.train.seq_len), arm.get("rows", cfg.train.batch_size)
     code, val, internal = data.tokens("code_train"), data.tokens("code_val"), data.internal_tokens()

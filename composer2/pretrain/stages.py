@@ -15,7 +15,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from ..config import LEVELS, STAGES, Config, to_yaml
 from ..core import C2Error, Preempted, atomic_write, drop_log_messages, heartbeat
-from ..data.corpus import DataDir, PAD_ID, open_data
+from ..data.corpus import DataDir, PAD_ID, SPECIAL_TOKENS, open_data
 from ..model.moe import MoETransformer, training_loss
 from ..agent.protocol import SYSTEM_PROMPT, Message, Transcript, context_segments, format_tool_call
 from ..runs import open_run, stage_dir
@@ -30,10 +30,10 @@ from composer2.model.checkpoint import (
 )
 
 # %% auto #0
-__all__ = ['PEAK_BF16_FLOPS', 'StagePlan', 'stage_plan', 'WindowStream', 'TranscriptStream', 'render_transcript', 'sft_examples',
-           'mix_oracle', 'flops_per_token', 'peak_flops', 'dist_info', 'all_sum', 'all_gather', 'rows_digest',
-           'loss_denominators', 'keep_cpu_heap', 'PretrainModule', 'AtomicCheckpointIO', 'StageCallback', 'read_losses',
-           'read_rows', 'StageBar', 'quiet_lightning', 'run_plan', 'run_stage', 'run_pipeline', 'train']
+__all__ = ['PEAK_BF16_FLOPS', 'StagePlan', 'stage_plan', 'copy_row', 'WindowStream', 'TranscriptStream', 'render_transcript',
+           'sft_examples', 'mix_oracle', 'flops_per_token', 'peak_flops', 'dist_info', 'all_sum', 'all_gather',
+           'rows_digest', 'loss_denominators', 'keep_cpu_heap', 'PretrainModule', 'AtomicCheckpointIO', 'StageCallback',
+           'read_losses', 'read_rows', 'StageBar', 'quiet_lightning', 'run_plan', 'run_stage', 'run_pipeline', 'train']
 
 # %% ../../nbs/70_pretrain.ipynb #07c006-1
 @dataclass
@@ -53,6 +53,8 @@ class StagePlan:
     mtp_from: Path | None = None  # MTP module weights taken from another run (long)
     mid_checkpoint: bool = False  # cpt: cut mid.pt at half way
     sft: bool = False
+    copy_share: float = 0.0  # share of copy rows (`copy_row`; ignored by sft)
+    copy_warmup: int = 0  # the first steps: short copy rows only (`WindowStream`)
 
 # %% ../../nbs/70_pretrain.ipynb #07c006-3
 def stage_plan(cfg: Config, stage: str, level: str | None = None) -> StagePlan:
@@ -72,10 +74,16 @@ def stage_plan(cfg: Config, stage: str, level: str | None = None) -> StagePlan:
         rope_base=cfg.model.rope_base,
         train_trunk=True,
         train_mtp=False,
+        copy_share=p.copy_share,
     )
     cpt_mtp = stage_dir(cfg, f"cpt-{p.mtp_from}")
     if stage == "base":
-        return StagePlan("base", p.base_steps, **{**common, "prose_fraction": p.base_prose_fraction})
+        return StagePlan(
+            "base",
+            p.base_steps,
+            **{**common, "prose_fraction": p.base_prose_fraction},
+            copy_warmup=min(p.copy_warmup_steps, p.base_steps),
+        )
     if stage == "cpt":
         steps = max(1, round(p.cpt_steps * p.cpt_levels[LEVELS.index(level)]))
         return StagePlan(
@@ -113,15 +121,36 @@ def stage_plan(cfg: Config, stage: str, level: str | None = None) -> StagePlan:
             "batch_size": max(1, t.batch_size // p.long_seq_factor),
             "lr": t.lr * p.sft_lr_ratio,
             "train_mtp": True,
+            "copy_share": 0.0,
         },
         init_from=stage_dir(cfg, "long") / "final.pt",
         sft=True,
     )
 
+# %% ../../nbs/70_pretrain.ipynb #acae54e37e7d407bbb7b55eff062a284
+def copy_row(
+    g: torch.Generator, seq_len: int, ids: tuple[int, int], span: tuple[int, int] = (16, 63)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A row of `seq_len` + 1 tokens only copying predicts, and its loss mask over the `seq_len` targets: ids drawn from
+    `ids` (lo, hi), a span of s of them (uniform over `span`, capped to fit the row), a gap, the span again, then more
+    random ids. The mask is 1 on the targets of the repeat's tokens 2..s (its first token cannot be known)."""
+    lo, hi = ids
+    top = min(span[1], (seq_len - 3) // 2)
+    s = int(torch.randint(min(span[0], top), top + 1, (1,), generator=g))
+    gap = int(torch.randint(4, seq_len + 2 - 2 * s, (1,), generator=g))
+    row = torch.randint(lo, hi, (seq_len + 1,), generator=g)
+    row[s + gap : 2 * s + gap] = row[:s]
+    mask = torch.zeros(seq_len)
+    mask[s + gap : 2 * s + gap - 1] = 1  # position j predicts token j + 1
+    return row, mask
+
 # %% ../../nbs/70_pretrain.ipynb #07c009
 class WindowStream(torch.utils.data.IterableDataset):
     """Endless batches; the global batch of step s depends only on (seed, s), so a resumed run sees the same data from
-    step s on. Of `world` data-parallel ranks, rank `rank` gets its slice: `rows()` of the `batch_size` global rows."""
+    step s on. Of `world` data-parallel ranks, rank `rank` gets its slice: `rows()` of the `batch_size` global rows.
+    With `copy_share` > 0, each row is instead a `copy_row` of the ordinary token ids `ids` (lo, hi) with that
+    probability (with 0 the stream draws exactly what it drew before copy rows existed). The first `copy_warmup` steps
+    are copy rows only, 4x as many a quarter as long (the same tokens a step), spans of 1/8 to 3/8 of their length."""
 
     def __init__(
         self,
@@ -133,6 +162,9 @@ class WindowStream(torch.utils.data.IterableDataset):
         start: int = 0,
         rank: int = 0,
         world: int = 1,
+        copy_share: float = 0.0,
+        ids: tuple[int, int] = (0, 0),
+        copy_warmup: int = 0,
     ):
         if batch_size % world:
             raise C2Error(f"a batch of {batch_size} rows does not split over {world} ranks: use a multiple of {world}")
@@ -140,24 +172,41 @@ class WindowStream(torch.utils.data.IterableDataset):
         self.weights = torch.tensor(weights, dtype=torch.float64)
         self.batch_size, self.seq_len, self.seed, self.start = batch_size, seq_len, seed, start
         self.rank, self.world = rank, world
+        self.copy_share, self.ids, self.copy_warmup = copy_share, ids, copy_warmup
 
-    def rows(self) -> range:
-        "The rows of the global batch this rank trains on: rank * b to (rank + 1) * b, b = batch_size / world."
-        b = self.batch_size // self.world
+    def rows(self, n: int | None = None) -> range:
+        """The rows of a global batch of `n` (default `batch_size`) this rank trains on: rank * b to (rank + 1) * b,
+        b = n / world."""
+        b = (n or self.batch_size) // self.world
         return range(self.rank * b, (self.rank + 1) * b)
+
+    def warmup_batch(self, g: torch.Generator):
+        "(x, y, mask) of a copy warm-up step: this rank's rows of 4 x `batch_size` copy rows of `seq_len` / 4 tokens."
+        n, T = 4 * self.batch_size, max(8, self.seq_len // 4)
+        made = [copy_row(g, T, self.ids, (max(2, T // 8), 3 * T // 8 - 1)) for _ in range(n)]
+        rows = [made[r] for r in self.rows(n)]
+        b = torch.stack([r for r, _ in rows])
+        return b[:, :-1], b[:, 1:], torch.stack([m for _, m in rows])
 
     def batch_at(self, step: int):
         "(x, y, mask) of global step `step`: this rank's rows of it."
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        if step < self.copy_warmup:
+            return self.warmup_batch(g)
         which = torch.multinomial(self.weights, self.batch_size, replacement=True, generator=g).tolist()
-        mine, rows = self.rows(), []
+        mine, rows, masks = self.rows(), [], []
         for r, w in enumerate(which):  # every row's draws, in order: the global batch is the same for any world
-            src = self.sources[w]
-            o = int(torch.randint(0, len(src) - self.seq_len - 1, (1,), generator=g))
+            if self.copy_share > 0 and float(torch.rand((), generator=g)) < self.copy_share:
+                row, mask = copy_row(g, self.seq_len, self.ids)
+            else:
+                src = self.sources[w]
+                o = int(torch.randint(0, len(src) - self.seq_len - 1, (1,), generator=g))
+                row, mask = src[o : o + self.seq_len + 1], None
             if r in mine:
-                rows.append(torch.from_numpy(src[o : o + self.seq_len + 1].astype(np.int64)))
+                rows.append(torch.as_tensor(row.astype(np.int64)) if mask is None else row)
+                masks.append(torch.ones(self.seq_len) if mask is None else mask)
         b = torch.stack(rows)
-        return b[:, :-1], b[:, 1:], torch.ones(len(rows), self.seq_len)
+        return b[:, :-1], b[:, 1:], torch.stack(masks)
 
     def __iter__(self):
         s = self.start
@@ -520,6 +569,8 @@ class PretrainModule(L.LightningModule):
     def on_validation_epoch_end(self):
         nll = codebase_nll(self.model, self.internal, min(self.plan.seq_len, 512))["nll"]  # every rank the same
         self.log("val/internal_nll", nll, sync_dist=True)
+        c = copy_nll(self.model, self.model.cfg.vocab_size)  # in-context copying at every evaluation: erasure shows
+        self.log_dict({"val/copy_first": c["first"], "val/copy_repeat": c["repeat"]}, sync_dist=True)
 
 # %% ../../nbs/70_pretrain.ipynb #07c016
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -818,6 +869,9 @@ def run_plan(
             t.seed,
             rank=rank,
             world=world,
+            copy_share=plan.copy_share,
+            ids=(len(SPECIAL_TOKENS), data.vocab_size),
+            copy_warmup=plan.copy_warmup,
         )
     val = torch.from_numpy(data.tokens("code_val").astype(np.int64))
     n_val = max(world, min(4 * plan.batch_size, (len(val) - 1) // plan.seq_len) // world * world)
