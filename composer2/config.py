@@ -149,6 +149,10 @@ class PretrainConfig:
         doc="share of rows in base, cpt, mtp and long that are copy rows (random tokens, a span, a gap, the span "
         "again; loss on the repeat only): they teach in-context copying by content (issue 49)",
     )
+    base_from: str = opt(
+        "",
+        doc="a packed base (`pack_base`) the base stage adopts instead of training; relative paths from the checkout",
+    )
     copy_warmup_steps: int = opt(
         0,
         lo=0,

@@ -13,7 +13,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback, RichProgressBar
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from ..config import LEVELS, STAGES, Config, to_yaml
+from ..config import LEVELS, STAGES, Config, ModelConfig, repo_root, to_yaml
 from ..core import C2Error, Preempted, atomic_write, drop_log_messages, heartbeat
 from ..data.corpus import DataDir, PAD_ID, SPECIAL_TOKENS, open_data
 from ..model.moe import MoETransformer, training_loss
@@ -33,7 +33,8 @@ from composer2.model.checkpoint import (
 __all__ = ['PEAK_BF16_FLOPS', 'StagePlan', 'stage_plan', 'copy_row', 'WindowStream', 'TranscriptStream', 'render_transcript',
            'sft_examples', 'mix_oracle', 'flops_per_token', 'peak_flops', 'dist_info', 'all_sum', 'all_gather',
            'rows_digest', 'loss_denominators', 'keep_cpu_heap', 'PretrainModule', 'AtomicCheckpointIO', 'StageCallback',
-           'read_losses', 'read_rows', 'StageBar', 'quiet_lightning', 'run_plan', 'run_stage', 'run_pipeline', 'train']
+           'read_losses', 'read_rows', 'StageBar', 'quiet_lightning', 'run_plan', 'val_curve', 'pack_base',
+           'adopt_base', 'run_stage', 'run_pipeline', 'train']
 
 # %% ../../nbs/70_pretrain.ipynb #07c006-1
 @dataclass
@@ -938,11 +939,99 @@ def run_plan(
     done = trainer.strategy.broadcast(done)  # rank 0's summary on every rank, once final.pt and done.json are written
     return {**done, "rank": rank}
 
+# %% ../../nbs/70_pretrain.ipynb #af3fc58a
+def val_curve(out: Path) -> list[dict]:
+    "The validation rows of a stage's CSV logs, by step (a resumed run's later log wins): step and every `val/` metric."
+    rows = {}
+    for f in sorted(Path(out).glob("logs/version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1])):
+        with open(f) as fh:
+            head, *body = [line.rstrip("\n").split(",") for line in fh]
+        for r in body:
+            d = {k: float(v) for k, v in zip(head, r) if v and k.startswith("val/")}
+            if d:
+                rows[int(float(r[head.index("step")]))] = d
+    return [{"step": s, **rows[s]} for s in sorted(rows)]
+
+
+def pack_base(stage: Path, dest: Path, every: int = 50) -> dict:
+    """Pack a trained base stage (its final.pt, done.json, provenance.json, losses and logs) into `dest`, a file to
+    ship: the weights in bf16 with the model config and data key, and `record`: the run's provenance (commit, code digest,
+    torch, CPU), its summary (steps, tokens, internal and copy NLL), the loss every `every` steps and the validation
+    curve. Returns the record with `dest`'s sha256 and size."""
+    stage, dest = Path(stage), Path(dest)
+    model, ck = load_checkpoint(stage / "final.pt")
+    done = json.loads((stage / "done.json").read_text())
+    losses = read_losses(stage)
+    record = dict(
+        provenance=json.loads((stage / "provenance.json").read_text()),
+        summary={k: done.get(k) for k in ("steps", "tokens", "seconds", "internal_nll", "val_loss", "copy", "params")},
+        loss_curve=[[s, losses[s]] for s in sorted(losses) if s % every == 0 or s == max(losses)],
+        val_curve=val_curve(stage),
+        config=ck["config"],
+    )
+    weights = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in model.state_dict().items()}
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(
+        dest,
+        lambda f: torch.save(
+            dict(model=weights, model_cfg=ck["model_cfg"], data_key=ck["data_key"], stage="base", record=record), f
+        ),
+    )
+    return {**record, "sha256": hashlib.sha256(dest.read_bytes()).hexdigest(), "bytes": dest.stat().st_size}
+
+# %% ../../nbs/70_pretrain.ipynb #22c7ff0a
+def adopt_base(cfg: Config, data: DataDir | None = None) -> dict:
+    """The base stage when `pretrain.base_from` names a packed base (`pack_base`): no training. The file must hold this
+    scale's model and data; its weights (in float32) become the stage's final.pt, its record and sha256 go into
+    done.json with this machine's internal and copy NLL of it. Found done like any stage; at other code, adopted
+    again."""
+    out = stage_dir(cfg, "base")
+    open_run(out)
+    if (out / "done.json").exists():
+        return {**json.loads((out / "done.json").read_text()), "skipped": True}
+    src = Path(cfg.pretrain.base_from)
+    src = src if src.is_absolute() else repo_root() / src
+    t0, data = time.time(), data or open_data(cfg)
+    ck = read_torch(src, "packed base", "set pretrain.base_from to a file `pack_base` wrote")
+    train_cmd = "train a base here with `c2 pretrain --scale cpu-base --stage base` and point pretrain.base_from at it"
+    if ck.get("data_key") != data.manifest["key"]:
+        raise C2Error(
+            f"the base {src} was trained on data {ck.get('data_key')}, this machine's data is {data.manifest['key']} "
+            f"(another Python's standard library, package versions or data settings): {train_cmd}"
+        )
+    want = dataclasses.asdict(build_model(cfg, data.vocab_size).cfg)
+    diff = sorted(k for k in want if ck["model_cfg"].get(k) != want[k])
+    if diff:
+        raise C2Error(f"the base {src} is another model than model.* of this scale (differs in {', '.join(diff)})")
+    model = MoETransformer(ModelConfig(**ck["model_cfg"]))
+    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in ck["model"].items()})
+    save_checkpoint(out / "final.pt", model, cfg, step=0, data_key=ck["data_key"], stage="base", adopted=str(src))
+    internal = data.internal_tokens()[: cfg.train.eval_tokens]
+    rec = ck.get("record", {})
+    done = dict(
+        stage="base",
+        steps=0,
+        adopted=str(src),
+        sha256=hashlib.sha256(src.read_bytes()).hexdigest(),
+        trained=rec.get("provenance"),
+        trained_summary=rec.get("summary"),
+        internal_nll=codebase_nll(model, internal, min(cfg.train.seq_len, 512))["nll"],
+        copy=copy_nll(model, data.vocab_size),
+        params=model.param_counts(),
+        checkpoint=str(out / "final.pt"),
+        seconds=time.time() - t0,
+    )
+    atomic_write(out / "done.json", json.dumps(done, indent=1))
+    return done
+
 # %% ../../nbs/70_pretrain.ipynb #07c018-3
 def run_stage(
     cfg: Config, stage: str, level: str | None = None, data: DataDir | None = None, progress: bool = True
 ) -> dict:
-    "Run (or resume, or skip if done) one stage of the pipeline into `stage_dir`; return its summary."
+    """Run (or resume, or skip if done) one stage of the pipeline into `stage_dir`; return its summary. With
+    `pretrain.base_from` set, the base stage adopts that packed base (`adopt_base`) instead of training."""
+    if stage == "base" and cfg.pretrain.base_from:
+        return adopt_base(cfg, data)
     plan = stage_plan(cfg, stage, level)
     return run_plan(cfg, plan, stage_dir(cfg, plan.name), data, progress)
 
