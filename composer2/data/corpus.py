@@ -181,9 +181,12 @@ def collect_prose(cfg: DataConfig, files: list[SourceFile]) -> list[str]:
 
 # %% ../../nbs/10_data.ipynb #01c013
 def internal_codebase(root: Path | None = None) -> str:
-    "Every `composer2/**/*.py` under `root` (default: the checkout), sorted, each after a `# file: <path>` line."
+    """Every `composer2/**/*.py` under `root` (default: the checkout) but nbdev's generated index `_modidx.py`, sorted,
+    each after a `# file: <path>` line. (Until 2026-11-29 the index came second: 190 kB of one repeated dict pattern,
+    the whole of the first 16,384 tokens every stage scored as its internal-codebase NLL.)"""
     root, parts = Path(root or repo_root()), []
-    for rel in sorted(p.relative_to(root).as_posix() for p in (root / "composer2").rglob("*.py")):
+    files = [p for p in (root / "composer2").rglob("*.py") if p.name != "_modidx.py"]
+    for rel in sorted(p.relative_to(root).as_posix() for p in files):
         t = (root / rel).read_text(encoding="utf-8")
         parts.append(f"# file: {rel}\n{t}" + ("" if t.endswith("\n") else "\n"))
     return "".join(parts)
