@@ -194,6 +194,14 @@ def cmd_pretrain(a):
         if r.get("skipped"):
             print(f"stage {r['stage']} is already complete (delete its directory to rerun)")
         f = lambda v: "n/a" if v is None else f"{v:.3f}"
+        if r.get("adopted"):
+            t = r.get("trained_summary") or {}
+            print(
+                f"{r['stage']}: adopted {r['adopted']} (sha256 {r['sha256'][:16]}; trained {t.get('steps', '?'):,} "
+                f"steps at commit {(r.get('trained') or {}).get('commit')}); internal-codebase NLL {f(r['internal_nll'])}"
+            )
+            print(copy_line(r["copy"]))
+            continue
         print(
             f"{r['stage']}: {r['steps']} steps, {r['tokens']:,} tokens; internal-codebase NLL {f(r['internal_nll'])}, "
             f"val loss {f(r['val_loss'])}, MTP agreement {f(r['mtp_agreement'])}"

@@ -194,3 +194,24 @@ def test_smoke_prompts_fit_their_windows(smoke_data):
     assert 200 < max(first) < min(window, rl_context(cfg)), (first, window, rl_context(cfg))
     lengths = [len(ids) for ids, _ in sft_examples(data, cfg=cfg)]
     assert max(lengths) <= window + 1, (max(lengths), window)  # a row holds seq_len + 1 tokens (inputs and targets)
+
+
+def test_the_cpu_scale_adopts_the_shipped_base():
+    """The cpu scale starts from composer2's pretrained base (issue 49): its model and data sections are cpu-base's, the
+    one the shipped file was trained at, and pretrain.base_from names that file, which holds that model and a record of
+    its training (the commit and code digest, copying and loss curves)."""
+    from composer2.config import load_config
+
+    cpu, base = load_config("cpu"), load_config("cpu-base")
+    assert cpu.model == base.model and cpu.data == base.data and cpu.model.tie_embeddings
+    shipped = ROOT / cpu.pretrain.base_from
+    ck = torch.load(shipped, weights_only=False)
+    assert {k: ck["model_cfg"][k] for k in ("d_model", "n_layers", "tie_embeddings")} == {
+        "d_model": cpu.model.d_model,
+        "n_layers": cpu.model.n_layers,
+        "tie_embeddings": True,
+    }
+    rec = ck["record"]
+    assert rec["provenance"]["commit"] and rec["summary"]["steps"] == base.pretrain.base_steps
+    assert rec["summary"]["copy"]["repeat"] <= 1.0  # the target of issue 49: it copies
+    assert all(w.dtype == torch.bfloat16 for w in ck["model"].values() if w.is_floating_point())

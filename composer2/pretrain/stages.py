@@ -13,7 +13,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback, RichProgressBar
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from ..config import LEVELS, STAGES, Config, ModelConfig, repo_root, to_yaml
+from ..config import LEVELS, STAGES, Config, repo_root, to_yaml
 from ..core import C2Error, Preempted, atomic_write, drop_log_messages, heartbeat
 from ..data.corpus import DataDir, PAD_ID, SPECIAL_TOKENS, open_data
 from ..model.moe import MoETransformer, training_loss
@@ -30,11 +30,11 @@ from composer2.model.checkpoint import (
 )
 
 # %% auto #0
-__all__ = ['PEAK_BF16_FLOPS', 'StagePlan', 'stage_plan', 'copy_row', 'WindowStream', 'TranscriptStream', 'render_transcript',
-           'sft_examples', 'mix_oracle', 'flops_per_token', 'peak_flops', 'dist_info', 'all_sum', 'all_gather',
-           'rows_digest', 'loss_denominators', 'keep_cpu_heap', 'PretrainModule', 'AtomicCheckpointIO', 'StageCallback',
-           'read_losses', 'read_rows', 'StageBar', 'quiet_lightning', 'run_plan', 'val_curve', 'pack_base',
-           'adopt_base', 'run_stage', 'run_pipeline', 'train']
+__all__ = ['PEAK_BF16_FLOPS', 'BASE_ARCH', 'StagePlan', 'stage_plan', 'copy_row', 'WindowStream', 'TranscriptStream',
+           'render_transcript', 'sft_examples', 'mix_oracle', 'flops_per_token', 'peak_flops', 'dist_info', 'all_sum',
+           'all_gather', 'rows_digest', 'loss_denominators', 'keep_cpu_heap', 'PretrainModule', 'AtomicCheckpointIO',
+           'StageCallback', 'read_losses', 'read_rows', 'StageBar', 'quiet_lightning', 'run_plan', 'val_curve',
+           'pack_base', 'adopt_base', 'run_stage', 'run_pipeline', 'train']
 
 # %% ../../nbs/70_pretrain.ipynb #07c006-1
 @dataclass
@@ -980,6 +980,29 @@ def pack_base(stage: Path, dest: Path, every: int = 50) -> dict:
     return {**record, "sha256": hashlib.sha256(dest.read_bytes()).hexdigest(), "bytes": dest.stat().st_size}
 
 # %% ../../nbs/70_pretrain.ipynb #22c7ff0a
+# what a base's weights fix: the shapes and the forward they were trained for (not the kernels or the router's training
+# settings, which a scale may choose)
+BASE_ARCH = [
+    "vocab_size",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "n_kv_heads",
+    "head_dim",
+    "rope_base",
+    "n_dense_layers",
+    "dense_hidden",
+    "n_experts",
+    "n_shared_experts",
+    "top_k",
+    "expert_hidden",
+    "gate",
+    "norm_topk",
+    "mtp_depth",
+    "tie_embeddings",
+]
+
+
 def adopt_base(cfg: Config, data: DataDir | None = None) -> dict:
     """The base stage when `pretrain.base_from` names a packed base (`pack_base`): no training. The file must hold this
     scale's model and data; its weights (in float32) become the stage's final.pt, its record and sha256 go into
@@ -999,11 +1022,11 @@ def adopt_base(cfg: Config, data: DataDir | None = None) -> dict:
             f"the base {src} was trained on data {ck.get('data_key')}, this machine's data is {data.manifest['key']} "
             f"(another Python's standard library, package versions or data settings): {train_cmd}"
         )
-    want = dataclasses.asdict(build_model(cfg, data.vocab_size).cfg)
-    diff = sorted(k for k in want if ck["model_cfg"].get(k) != want[k])
+    model = build_model(cfg, data.vocab_size)  # this scale's model (its expert backend, router settings) ...
+    want = dataclasses.asdict(model.cfg)
+    diff = sorted(k for k in BASE_ARCH if ck["model_cfg"].get(k) != want[k])  # ... of the base's architecture
     if diff:
         raise C2Error(f"the base {src} is another model than model.* of this scale (differs in {', '.join(diff)})")
-    model = MoETransformer(ModelConfig(**ck["model_cfg"]))
     model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in ck["model"].items()})
     save_checkpoint(out / "final.pt", model, cfg, step=0, data_key=ck["data_key"], stage="base", adopted=str(src))
     internal = data.internal_tokens()[: cfg.train.eval_tokens]
@@ -1011,6 +1034,13 @@ def adopt_base(cfg: Config, data: DataDir | None = None) -> dict:
     done = dict(
         stage="base",
         steps=0,
+        planned_steps=0,
+        stopped_early=False,
+        tokens=0,
+        resumed_from=0,
+        initial_internal_nll=None,
+        val_loss=None,
+        mtp_agreement=None,
         adopted=str(src),
         sha256=hashlib.sha256(src.read_bytes()).hexdigest(),
         trained=rec.get("provenance"),
