@@ -149,6 +149,12 @@ class PretrainConfig:
         doc="share of rows in base, cpt, mtp and long that are copy rows (random tokens, a span, a gap, the span "
         "again; loss on the repeat only): they teach in-context copying by content (issue 49)",
     )
+    cpt_lr: float = opt(
+        0.0,
+        lo=0.0,
+        doc="peak rate of the stages after base (cpt, mtp, long; sft takes sft_lr_ratio of it); 0 means train.lr. "
+        "From a trained base it must stay low: at the cpu scale's 3e-3 cpt undid the shipped base within 50 steps",
+    )
     base_from: str = opt(
         "",
         doc="a packed base (`pack_base`) the base stage adopts instead of training; relative paths from the checkout",

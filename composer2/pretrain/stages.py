@@ -70,7 +70,7 @@ def stage_plan(cfg: Config, stage: str, level: str | None = None) -> StagePlan:
     common = dict(
         seq_len=t.seq_len,
         batch_size=t.batch_size,
-        lr=t.lr,
+        lr=p.cpt_lr or t.lr,
         prose_fraction=p.cpt_prose_fraction,
         rope_base=cfg.model.rope_base,
         train_trunk=True,
@@ -82,7 +82,7 @@ def stage_plan(cfg: Config, stage: str, level: str | None = None) -> StagePlan:
         return StagePlan(
             "base",
             p.base_steps,
-            **{**common, "prose_fraction": p.base_prose_fraction},
+            **{**common, "prose_fraction": p.base_prose_fraction, "lr": t.lr},
             copy_warmup=min(p.copy_warmup_steps, p.base_steps),
         )
     if stage == "cpt":
@@ -120,7 +120,7 @@ def stage_plan(cfg: Config, stage: str, level: str | None = None) -> StagePlan:
             "seq_len": t.seq_len * p.long_seq_factor,
             "rope_base": p.long_rope_base,
             "batch_size": max(1, t.batch_size // p.long_seq_factor),
-            "lr": t.lr * p.sft_lr_ratio,
+            "lr": common["lr"] * p.sft_lr_ratio,
             "train_mtp": True,
             "copy_share": 0.0,
         },
