@@ -196,9 +196,10 @@ def cmd_pretrain(a):
         f = lambda v: "n/a" if v is None else f"{v:.3f}"
         if r.get("adopted"):
             t = r.get("trained_summary") or {}
+            commit = (r.get("trained") or {}).get("commit")
             print(
                 f"{r['stage']}: adopted {r['adopted']} (sha256 {r['sha256'][:16]}; trained {t.get('steps', '?'):,} "
-                f"steps at commit {(r.get('trained') or {}).get('commit')}); internal-codebase NLL {f(r['internal_nll'])}"
+                f"steps at commit {commit}); internal-codebase NLL {f(r['internal_nll'])}"
             )
             print(copy_line(r["copy"]))
             continue

@@ -955,9 +955,9 @@ def val_curve(out: Path) -> list[dict]:
 
 def pack_base(stage: Path, dest: Path, every: int = 50) -> dict:
     """Pack a trained base stage (its final.pt, done.json, provenance.json, losses and logs) into `dest`, a file to
-    ship: the weights in bf16 with the model config and data key, and `record`: the run's provenance (commit, code digest,
-    torch, CPU), its summary (steps, tokens, internal and copy NLL), the loss every `every` steps and the validation
-    curve. Returns the record with `dest`'s sha256 and size."""
+    ship: the weights in bf16 with the model config and data key, and `record`: the run's provenance (commit, code
+    digest, torch, CPU), its summary (steps, tokens, internal and copy NLL), the loss every `every` steps and the
+    validation curve. Returns the record with `dest`'s sha256 and size."""
     stage, dest = Path(stage), Path(dest)
     model, ck = load_checkpoint(stage / "final.pt")
     done = json.loads((stage / "done.json").read_text())
