@@ -4,7 +4,7 @@
 
 # %% ../../nbs/70_pretrain.ipynb #07c003
 from __future__ import annotations
-import ast, contextlib, copy, ctypes, dataclasses, hashlib, json, os, signal, subprocess, sys, time, warnings
+import ast, contextlib, copy, csv, ctypes, dataclasses, hashlib, json, os, signal, subprocess, sys, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np, torch, torch.distributed as dist
@@ -944,12 +944,11 @@ def val_curve(out: Path) -> list[dict]:
     "The validation rows of a stage's CSV logs, by step (a resumed run's later log wins): step and every `val/` metric."
     rows = {}
     for f in sorted(Path(out).glob("logs/version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1])):
-        with open(f) as fh:
-            head, *body = [line.rstrip("\n").split(",") for line in fh]
-        for r in body:
-            d = {k: float(v) for k, v in zip(head, r) if v and k.startswith("val/")}
-            if d:
-                rows[int(float(r[head.index("step")]))] = d
+        with open(f, newline="") as fh:
+            for r in csv.DictReader(fh):
+                d = {k: float(v) for k, v in r.items() if v and k.startswith("val/")}
+                if d:
+                    rows[int(float(r["step"]))] = d
     return [{"step": s, **rows[s]} for s in sorted(rows)]
 
 
