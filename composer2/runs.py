@@ -47,14 +47,16 @@ def device_info() -> str:
 
 # %% ../nbs/03_runs.ipynb #b0c7e1a8
 def code_digest(pkg=None) -> str:
-    """A digest of the library code a run executes: every `.py` file of the composer2 package (`pkg`, default the one
-    imported) but `_modidx.py` (nbdev's index, not code), by sorted path, each path and content length-prefixed. The
-    whole package rather than the modules a run imports -- the simplest honest choice: an edit anywhere, a comment
+    """A digest of the library code a run executes and the data it ships: every file of the composer2 package (`pkg`,
+    default the one imported) -- its `.py` files and `assets/` (the pretrained base, c2bench's tasks) -- but
+    `_modidx.py` (nbdev's index, not code) and `__pycache__`, by sorted path, each path and content length-prefixed.
+    The whole package rather than the modules a run imports -- the simplest honest choice: an edit anywhere, a comment
     included, counts as new code, so a cached run is never reused across a change that could matter. 16 hex digits."""
     import composer2
 
     root, h = Path(pkg or Path(composer2.__file__).parent), hashlib.sha256()
-    for rel in sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py") if "__pycache__" not in p.parts):
+    files = (p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for rel in sorted(p.relative_to(root).as_posix() for p in files):
         if rel == "_modidx.py":
             continue
         for field in (rel.encode(), (root / rel).read_bytes()):
