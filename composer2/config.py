@@ -561,20 +561,22 @@ def load_config(scale: str = "smoke", path: str | None = None, overrides: list[s
         raise ConfigError(
             f"unknown scale {scale!r} (choose from {', '.join(names) or 'none found in ' + str(scales_dir())})"
         )
+    given = []
     for o in overrides:
         if "=" not in o:
             raise ConfigError(f"override {o!r} is not of the form key=value (e.g. model.n_layers=4)")
-        k = o.partition("=")[0]
+        k, _, v = o.partition("=")
         if dataclasses.is_dataclass(sec := _node(k)):
             raise ConfigError(
                 f"{k or 'the top level'} is a section of the config, not a value: set one of its keys "
                 f"(e.g. {k}.{dataclasses.fields(sec)[0].name}=...)"
             )
+        given.append(f'{k}=""' if v == "" and isinstance(_node(k), str) else o)  # `key=` empties a text setting
     layers = [_read_yaml(scales_dir() / f"{scale}.yaml", "scale file")]
     if path:
         layers.append(_read_yaml(path, "config file"))
     try:
-        layers.append(OmegaConf.from_dotlist(list(overrides)))
+        layers.append(OmegaConf.from_dotlist(given))
         merged = OmegaConf.merge(OmegaConf.structured(Config), *layers, {"scale": scale})
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:

@@ -110,7 +110,8 @@ def cell_seconds(nb_path) -> list[float] | None:
 class CellProgress(logging.Handler):
     """A terminal bar over a study's cells, fed by papermill's "Executing Cell N" log records: it counts in the
     previous run's seconds per cell when `expected` has one entry per cell (so time left is an estimate at this
-    machine's pace), else in cells."""
+    machine's pace), else in cells. The library's one-line notices in the notebook's output (lines that start `c2: `:
+    a cached run trained at other code moved aside and trained again, or reused on request) are printed above it."""
 
     def __init__(self, desc: str, n_cells: int, expected: list[float] | None = None, disable: bool = False):
         super().__init__()
@@ -133,7 +134,11 @@ class CellProgress(logging.Handler):
         )
 
     def emit(self, record):
-        m = re.match(r"Executing Cell (\d+)", record.getMessage())
+        msg = record.getMessage()
+        for line in msg.splitlines():
+            if line.startswith("c2: ") and not self.bar.disable:
+                self.bar.write(line, file=sys.stderr)
+        m = re.match(r"Executing Cell (\d+)", msg)
         if not m:
             return
         i = min(int(m.group(1)) - 1, self.n)  # cells finished before this one
@@ -222,6 +227,12 @@ def run_study(
             )
         )
         print(f"{name} ({scale}): started {started:%H:%M}, {took}; log: {log_path}", flush=True)
+        if old := stale_training(last):  # the result here is stale: say so before its training is redone
+            print(
+                f"{name} ({scale}): the result here used {len(old)} training run(s) trained at other code than the "
+                "library's now; each is trained again (--reuse-stale reuses them)",
+                flush=True,
+            )
     n_cells = len(json.loads(st.notebook.read_text())["cells"]) + 1  # + the parameters cell papermill injects
     bar = CellProgress(f"{name} ({scale})", n_cells, expected, disable=quiet)
     pm_log.addHandler(bar)
