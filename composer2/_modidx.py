@@ -1248,6 +1248,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                                                                     'composer2/studies/runner.py'),
                                           'composer2.studies.runner.index_runs': ('runner.html#index_runs', 'composer2/studies/runner.py'),
                                           'composer2.studies.runner.is_stale': ('runner.html#is_stale', 'composer2/studies/runner.py'),
+                                          'composer2.studies.runner.outcome': ('runner.html#outcome', 'composer2/studies/runner.py'),
                                           'composer2.studies.runner.readme_table': ( 'runner.html#readme_table',
                                                                                      'composer2/studies/runner.py'),
                                           'composer2.studies.runner.render_html': ( 'runner.html#render_html',

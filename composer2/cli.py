@@ -314,7 +314,7 @@ def cmd_study_submit(a):
     index = Path(a.out or default_out(a.name, a.scale)).resolve() / "sweep" / "index.md"
     if a.wait:
         for s in wait_jobs(jobs):
-            print(f"{s['study']} ({s['scale']}): {s['claims_hold']} of {s['claims']} claims hold -> {s['out']}")
+            print(f"{s['study']} ({s['scale']}): {s['outcome']} -> {s['out']}")
         if a.sweep:
             print(f"sweep index: {index}")
     else:

@@ -19,7 +19,16 @@ from composer2.studies.registry import (
     studies_dir,
     study_scales,
 )
-from .runner import StudyFailed, _fmt, _md_cell, build_index, check_out_dir, default_out, run_study
+from composer2.studies.runner import (
+    StudyFailed,
+    _fmt,
+    _md_cell,
+    build_index,
+    check_out_dir,
+    default_out,
+    outcome,
+    run_study,
+)
 
 # %% auto #0
 __all__ = ['LOCAL_SLURM_DIR', 'RESOURCE_KEYS', 'ROUGH_TIMES', 'slurm_env', 'use_slurm_env', 'slurm_problem', 'StudyJob',
@@ -83,8 +92,7 @@ class StudyJob:
             "scale": scale,
             "out": out,
             "status": res["status"],
-            "claims_hold": sum(c["holds"] for c in res["claims"]),
-            "claims": len(res["claims"]),
+            "outcome": outcome(res),
         }
 
     def checkpoint(self, name, scale, out, params):
@@ -490,7 +498,7 @@ def reproduce(scale: str = "cpu", executor: str = "local", names=None) -> list[s
         for n, js in jobs.items():
             try:
                 for s in wait_jobs(js):
-                    print(f"{n} ({scale}): {s['claims_hold']} of {s['claims']} claims hold -> {s['out']}", flush=True)
+                    print(f"{n} ({scale}): {s['outcome']} -> {s['out']}", flush=True)
             except StudyFailed as e:
                 print(f"{n} ({scale}): FAILED: {e}", flush=True)
                 failed.append(n)

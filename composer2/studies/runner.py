@@ -25,7 +25,7 @@ from ..runs import code_digest, device_info, git, note_training, provenance, sta
 # %% auto #0
 __all__ = ['STUDY_CODE', 'INDEX_INTRO', 'README_BEGIN', 'README_END', 'StudyFailed', 'default_out', 'check_out_dir', 'is_stale',
            'cell_seconds', 'CellProgress', 'clean_notebook', 'render_html', 'run_study', 'index_runs', 'scale_label',
-           'code_label', 'build_index', 'readme_table', 'update_readme']
+           'code_label', 'outcome', 'build_index', 'readme_table', 'update_readme']
 
 # %% ../../nbs/91_runner.ipynb #08c014
 class StudyFailed(Exception):
@@ -303,8 +303,7 @@ def run_study(
     _write_json(res_path, res)
     if not error:
         (out / "checkpoint.json").unlink(missing_ok=True)
-    n_hold = sum(c["holds"] for c in res["claims"])
-    pm_log.info(f"{'FAILED: ' + error if error else 'done'}; {n_hold} of {len(res['claims'])} claims hold; {wall:.1f}s")
+    pm_log.info(f"{'FAILED: ' + error if error else 'done'}; {outcome(res)}; {wall:.1f}s")
     pm_log.removeHandler(handler)
     handler.close()
     if rebuild_index if rebuild_index is not None else _under(out, results_root()):
@@ -312,7 +311,7 @@ def run_study(
     if error:
         raise StudyFailed(f"study {name} ({scale}) failed in {error} (log: {log_path})")
     if not quiet:
-        print(f"{name} ({scale}): {n_hold} of {len(res['claims'])} claims hold; {wall:.0f}s -> {out}", flush=True)
+        print(f"{name} ({scale}): {outcome(res)}; {wall:.0f}s -> {out}", flush=True)
     return res
 
 # %% ../../nbs/91_runner.ipynb #08c018
@@ -400,6 +399,13 @@ def _verdict_counts(r) -> str:
 
 def _interval(v) -> str:
     return "" if v.get("lo") is None else f"[{_fmt(v['lo'])}, {_fmt(v['hi'])}]"
+
+
+def outcome(res: dict) -> str:
+    """What a study run found, in one line, as `c2 study run`, `c2 reproduce` and a Slurm job's wait print it: its
+    verdicts on the report's claims by kind first, then its supporting checks -- never one count of both."""
+    r = {"verdicts": [], **res}
+    return f"the report's claims: {_verdict_counts(r)}; supporting checks: {_holding(r)} hold"
 
 # %% ../../nbs/91_runner.ipynb #08c018-7
 INDEX_INTRO = (
