@@ -35,7 +35,7 @@ step() {   # step NAME c2-arguments...: run it here, or submit it to Slurm after
 }
 
 step data     data build "${cfg[@]}"
-step base     pretrain --stage base "${cfg[@]}"                # pretraining from scratch on code and prose
+step base     pretrain --stage base "${cfg[@]}"                # cpu: adopts the shipped base; smoke, gpu: from scratch
 step cpt      pretrain --stage cpt --level small "${cfg[@]}"   # continued pretraining (its mid checkpoint gets MTP)
 step mtp      pretrain --stage mtp "${cfg[@]}"                 # MTP modules by self-distillation
 step long     pretrain --stage long "${cfg[@]}"                # long-context extension

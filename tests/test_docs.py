@@ -258,11 +258,12 @@ def test_docs_site_in_chromium(tmp_path):
     assert {f"studies/{s}.html" for s in STUDIES} <= set(pages), pages
     guides = {f"guides/{p.stem}.html" for p in (ROOT / "nbs" / "guides").glob("*.md")}
     assert guides and guides <= set(pages), (guides, pages)
-    # every study with a cpu run shows its figures (one image or more) and its claims
+    # every study with a cpu run shows its figures (one image or more), its verdicts and its supporting checks
     for s in STUDIES:
         text = (site / "studies" / f"{s}.html").read_text()
         if (ROOT / "studies" / "results" / s / "cpu" / "results.json").exists():
-            assert "<img" in text and "Claims:" in text and f"{s}/results.json" in text, s
+            assert "<img" in text and "claims:" in text and "Supporting checks:" in text, s
+            assert f"{s}/results.json" in text, s
     assert n_img >= len(STUDIES)
     # the library reference: show_doc rendered (a heading per documented name), the export cells' source folded away
     core = (site / "core.html").read_text()

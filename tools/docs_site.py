@@ -7,7 +7,7 @@ The site has four parts:
 - the library reference: every notebook of `nbs/` after nbdev's processors (each `show_doc` rendered, export cells
   folded away), one page per notebook, named as nbdev names it (`31_model.ipynb` -> `model.html`);
 - one page per study: its executed notebook of `studies/results/NAME/SCALE/`, headed by what it reproduces, its
-  claims from `results.json` and links to the files of the run.
+  verdicts on the report's claims and its supporting checks from `results.json`, and links to the files of the run.
 
 Everything is first staged into one folder (`--proc`, default `_proc/`): notebooks processed by nbdev (only those whose
 source changed since they were last staged), the Markdown pages, the study pages and a `_quarto.yml` with the sidebar.
@@ -196,9 +196,27 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def study_summary(study, res: dict, files: list[str]) -> str:
-    "The Markdown that heads a study's page: what it reproduces, the run, its claims, the files."
+VERDICT_WORDS = {
+    "reproduced": "reproduced",
+    "partly": "partly",
+    "not_reproduced": "**not reproduced**",
+    "untestable_here": "untestable here",
+}
+
+
+def outcome_counts(res: dict) -> tuple[str, str]:
+    """(the verdicts on the report's claims counted by kind, the supporting checks holding) of a run's `results.json`,
+    as the docs' studies table shows them."""
+    vs = res.get("verdicts") or []
+    kinds = [k for k in VERDICT_WORDS if any(v.get("status") == k for v in vs)]
+    verdicts = ", ".join(f"{sum(v.get('status') == k for v in vs)} {k.replace('_', ' ')}" for k in kinds)
     held = sum(bool(c.get("holds")) for c in res.get("claims", []))
+    return verdicts or "no verdicts recorded", f"{held} of {len(res.get('claims', []))}"
+
+
+def study_summary(study, res: dict, files: list[str]) -> str:
+    """The Markdown that heads a study's page: what it reproduces, the run, its verdicts on the report's claims, its
+    supporting checks, the files."""
     lines = [f"**Reproduces:** report {study.reproduces}. {study.title}.", ""]
     if study.finding:
         lines += [f"**The report:** {study.finding}", ""]
@@ -212,10 +230,19 @@ def study_summary(study, res: dict, files: list[str]) -> str:
     if res.get("scratch_s") is not None:
         run.append(f"{res['scratch_s'] / 60:.1f} min from scratch")
     lines += ["**This run:** " + ", ".join(run) + ".", ""]
+    verdicts, held = outcome_counts(res)
+    lines += [f"**The report's claims:** {verdicts}.", ""]
+    if res.get("verdicts"):
+        lines += ["| claim | the report | ours | verdict | why |", "|---|---|---|---|---|"]
+        for v in res["verdicts"]:
+            cells = [_md_escape(v.get(k, "")) for k in ("report", "ours", "reason")]
+            word = VERDICT_WORDS.get(v.get("status"), v.get("status"))
+            lines.append(f"| `{v.get('id')}` | {cells[0]} | {cells[1]} | {word} | {cells[2]} |")
+        lines.append("")
     lines += [
-        f"**Claims:** {held} of {len(res.get('claims', []))} hold.",
+        f"**Supporting checks:** {held} hold (build checks, preconditions, sanity bounds: not results).",
         "",
-        "| claim | statement | measured | threshold | holds |",
+        "| check | statement | measured | threshold | holds |",
         "|---|---|---|---|---|",
     ]
     for c in res.get("claims", []):
@@ -261,7 +288,7 @@ def stage_studies(proc: Path, scale: str) -> list[Path]:
                 f"No run at scale `{scale}` yet: `c2 study run {name} --scale {scale}` makes one.\n"
             )
             pages.append(page)
-            rows.append(f"| [{name}]({name}.md) | {study.reproduces} | {_md_escape(study.title)} | not run |")
+            rows.append(f"| [{name}]({name}.md) | {study.reproduces} | {_md_escape(study.title)} | not run | |")
             continue
         res = json.loads(res_path.read_text())
         files = [p.name for p in sorted(src.iterdir()) if p.suffix in (".json", ".png", ".svg", ".ipynb")]
@@ -285,10 +312,9 @@ def stage_studies(proc: Path, scale: str) -> list[Path]:
         page = out / f"{name}.ipynb"
         page.write_text(json.dumps(nb, indent=1))
         pages.append(page)
-        held = sum(bool(c.get("holds")) for c in res.get("claims", []))
+        verdicts, held = outcome_counts(res)
         rows.append(
-            f"| [{name}]({name}.ipynb) | {study.reproduces} | {_md_escape(study.title)} "
-            f"| {held} of {len(res.get('claims', []))} |"
+            f"| [{name}]({name}.ipynb) | {study.reproduces} | {_md_escape(study.title)} | {verdicts} | {held} |"
         )
     index = out / "index.md"
     index.write_text(
@@ -296,7 +322,9 @@ def stage_studies(proc: Path, scale: str) -> list[Path]:
         f"results at scale `{scale}`.\n---\n\n"
         "Each study is a notebook in `studies/` that reproduces one figure or claim of the report. "
         "How to run, submit and add studies: [the studies guide](../guides/studies.md).\n\n"
-        "| study | reproduces | what | claims holding |\n|---|---|---|---|\n" + "\n".join(rows) + "\n"
+        "| study | reproduces | what | the report's claims | supporting checks holding |\n|---|---|---|---|---|\n"
+        + "\n".join(rows)
+        + "\n"
     )
     return [index] + pages
 
