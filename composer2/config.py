@@ -147,7 +147,8 @@ class PretrainConfig:
         lo=0.0,
         hi=0.9,
         doc="share of rows in base, cpt, mtp and long that are copy rows (random tokens, a span, a gap, the span "
-        "again; loss on the repeat only): they teach in-context copying by content (issue 49)",
+        "again; loss on the repeat only), and of SFT's rows that are not pretraining windows: they teach in-context "
+        "copying by content and keep it (issue 49)",
     )
     cpt_lr: float = opt(
         0.0,

@@ -54,7 +54,7 @@ class StagePlan:
     mtp_from: Path | None = None  # MTP module weights taken from another run (long)
     mid_checkpoint: bool = False  # cpt: cut mid.pt at half way
     sft: bool = False
-    copy_share: float = 0.0  # share of copy rows (`copy_row`; ignored by sft)
+    copy_share: float = 0.0  # share of copy rows (`copy_row`), SFT's too (`TranscriptStream`)
     copy_warmup: int = 0  # the first steps: short copy rows only (`WindowStream`)
 
 # %% ../../nbs/70_pretrain.ipynb #07c006-3
@@ -122,7 +122,6 @@ def stage_plan(cfg: Config, stage: str, level: str | None = None) -> StagePlan:
             "batch_size": max(1, t.batch_size // p.long_seq_factor),
             "lr": common["lr"] * p.sft_lr_ratio,
             "train_mtp": True,
-            "copy_share": 0.0,
         },
         init_from=stage_dir(cfg, "long") / "final.pt",
         sft=True,
@@ -219,8 +218,9 @@ class WindowStream(torch.utils.data.IterableDataset):
 class TranscriptStream(WindowStream):
     """Endless batches of SFT transcripts (padded), with the loss mask on the assistant's tokens. With `code` tokens and
     `mix` > 0, each row is instead a window of `code` with probability `mix` (loss on every token, weighted so the row
-    weighs as much as an average transcript row): pretraining data in the mix keeps what pretraining learned. Sharded
-    over `world` ranks as `WindowStream` is."""
+    weighs as much as an average transcript row): pretraining data in the mix keeps what pretraining learned. With
+    `copy_share` > 0 a row that is not a code window is a `copy_row` of the ordinary ids `ids` with that probability
+    (loss on the repeat): SFT keeps the copying the base learned. Sharded over `world` ranks as `WindowStream` is."""
 
     def __init__(
         self,
@@ -233,8 +233,10 @@ class TranscriptStream(WindowStream):
         mix: float = 0.0,
         rank: int = 0,
         world: int = 1,
+        copy_share: float = 0.0,
+        ids: tuple[int, int] = (0, 0),
     ):
-        super().__init__([], [1.0], batch_size, seq_len, seed, start, rank, world)
+        super().__init__([], [1.0], batch_size, seq_len, seed, start, rank, world, copy_share=copy_share, ids=ids)
         self.code, self.mix = code, mix if code is not None else 0.0
         self.set_examples(examples)
 
@@ -253,9 +255,14 @@ class TranscriptStream(WindowStream):
         for r, i in enumerate(torch.randint(0, len(self.examples), (self.batch_size,), generator=g).tolist()):
             code_row = self.mix > 0 and float(torch.rand((), generator=g)) < self.mix  # a pretraining window instead
             o = int(torch.randint(0, len(self.code) - self.seq_len - 1, (1,), generator=g)) if code_row else 0
+            copying = not code_row and self.copy_share > 0 and float(torch.rand((), generator=g)) < self.copy_share
+            made = copy_row(g, self.seq_len, self.ids) if copying else None  # drawn for every rank's rows alike
             if r not in mine:  # another rank's row: its draws are made, its tokens are not
                 continue
             r -= mine.start
+            if made is not None:
+                x[r], m[r, 1:] = made
+                continue
             if code_row:
                 x[r] = torch.from_numpy(self.code[o : o + self.seq_len + 1].astype(np.int64))
                 m[r] = self.code_weight
@@ -860,6 +867,8 @@ def run_plan(
             mix=cfg.pretrain.sft_pretrain_mix,
             rank=rank,
             world=world,
+            copy_share=plan.copy_share,
+            ids=(len(SPECIAL_TOKENS), data.vocab_size),
         )
     else:
         stream = WindowStream(
