@@ -261,6 +261,9 @@ def study_summary(study, res: dict, files: list[str]) -> str:
     return "\n".join(lines)
 
 
+NB_META = {"metadata": {}, "nbformat": 4, "nbformat_minor": 5}  # a page written as a notebook of our own cells
+
+
 def _cell(kind: str, text: str) -> dict:
     c = {"cell_type": kind, "metadata": {}, "source": text}
     if kind == "code":
@@ -281,14 +284,14 @@ def stage_studies(proc: Path, scale: str) -> list[Path]:
     for name, study in STUDIES.items():
         src = RESULTS / name / scale
         res_path, nb_path = src / "results.json", src / f"{name}.ipynb"
-        if not (res_path.exists() and nb_path.exists()):
-            page = out / f"{name}.md"
-            page.write_text(
-                f'---\ntitle: "{name}"\ndescription: "{study.title}"\n---\n\n'
-                f"No run at scale `{scale}` yet: `c2 study run {name} --scale {scale}` makes one.\n"
-            )
+        if not (res_path.exists() and nb_path.exists()):  # a page all the same, under the name links to it use
+            front = {"title": name, "description": study.title, "output-file": f"{name}.html"}
+            fm = "---\n" + "".join(f"{k}: {json.dumps(v)}\n" for k, v in front.items()) + "---"
+            note = f"No run at scale `{scale}` yet: `c2 study run {name} --scale {scale}` makes one."
+            page = out / f"{name}.ipynb"
+            page.write_text(json.dumps(dict(cells=[_cell("raw", fm), _cell("markdown", note)], **NB_META), indent=1))
             pages.append(page)
-            rows.append(f"| [{name}]({name}.md) | {study.reproduces} | {_md_escape(study.title)} | not run | |")
+            rows.append(f"| [{name}]({name}.ipynb) | {study.reproduces} | {_md_escape(study.title)} | not run | |")
             continue
         res = json.loads(res_path.read_text())
         files = [p.name for p in sorted(src.iterdir()) if p.suffix in (".json", ".png", ".svg", ".ipynb")]
