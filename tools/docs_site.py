@@ -196,27 +196,11 @@ def _fmt(v) -> str:
     return str(v)
 
 
-VERDICT_WORDS = {
-    "reproduced": "reproduced",
-    "partly": "partly",
-    "not_reproduced": "**not reproduced**",
-    "untestable_here": "untestable here",
-}
-
-
-def outcome_counts(res: dict) -> tuple[str, str]:
-    """(the verdicts on the report's claims counted by kind, the supporting checks holding) of a run's `results.json`,
-    as the docs' studies table shows them."""
-    vs = res.get("verdicts") or []
-    kinds = [k for k in VERDICT_WORDS if any(v.get("status") == k for v in vs)]
-    verdicts = ", ".join(f"{sum(v.get('status') == k for v in vs)} {k.replace('_', ' ')}" for k in kinds)
-    held = sum(bool(c.get("holds")) for c in res.get("claims", []))
-    return verdicts or "no verdicts recorded", f"{held} of {len(res.get('claims', []))}"
-
-
 def study_summary(study, res: dict, files: list[str]) -> str:
     """The Markdown that heads a study's page: what it reproduces, the run, its verdicts on the report's claims, its
     supporting checks, the files."""
+    from composer2.studies.runner import outcome
+
     lines = [f"**Reproduces:** report {study.reproduces}. {study.title}.", ""]
     if study.finding:
         lines += [f"**The report:** {study.finding}", ""]
@@ -230,17 +214,16 @@ def study_summary(study, res: dict, files: list[str]) -> str:
     if res.get("scratch_s") is not None:
         run.append(f"{res['scratch_s'] / 60:.1f} min from scratch")
     lines += ["**This run:** " + ", ".join(run) + ".", ""]
-    verdicts, held = outcome_counts(res)
-    lines += [f"**The report's claims:** {verdicts}.", ""]
+    lines += [f"**This run found:** {outcome(res)}.", ""]
     if res.get("verdicts"):
         lines += ["| claim | the report | ours | verdict | why |", "|---|---|---|---|---|"]
         for v in res["verdicts"]:
             cells = [_md_escape(v.get(k, "")) for k in ("report", "ours", "reason")]
-            word = VERDICT_WORDS.get(v.get("status"), v.get("status"))
+            word = str(v.get("status")).replace("_", " ")
             lines.append(f"| `{v.get('id')}` | {cells[0]} | {cells[1]} | {word} | {cells[2]} |")
         lines.append("")
     lines += [
-        f"**Supporting checks:** {held} hold (build checks, preconditions, sanity bounds: not results).",
+        "**Supporting checks:** build checks, preconditions and sanity bounds, not results.",
         "",
         "| check | statement | measured | threshold | holds |",
         "|---|---|---|---|---|",
@@ -275,6 +258,7 @@ def stage_studies(proc: Path, scale: str) -> list[Path]:
     """A page per registered study from its executed notebook and results.json at `scale`; the run's files (results,
     figures, the notebook itself) copied beside it. A study never run at that scale gets a page that says so."""
     from composer2.studies.registry import STUDIES
+    from composer2.studies.runner import outcome
 
     out = proc / "studies"
     if out.exists():
@@ -291,7 +275,7 @@ def stage_studies(proc: Path, scale: str) -> list[Path]:
             page = out / f"{name}.ipynb"
             page.write_text(json.dumps(dict(cells=[_cell("raw", fm), _cell("markdown", note)], **NB_META), indent=1))
             pages.append(page)
-            rows.append(f"| [{name}]({name}.ipynb) | {study.reproduces} | {_md_escape(study.title)} | not run | |")
+            rows.append(f"| [{name}]({name}.ipynb) | {study.reproduces} | {_md_escape(study.title)} | not run |")
             continue
         res = json.loads(res_path.read_text())
         files = [p.name for p in sorted(src.iterdir()) if p.suffix in (".json", ".png", ".svg", ".ipynb")]
@@ -315,19 +299,14 @@ def stage_studies(proc: Path, scale: str) -> list[Path]:
         page = out / f"{name}.ipynb"
         page.write_text(json.dumps(nb, indent=1))
         pages.append(page)
-        verdicts, held = outcome_counts(res)
-        rows.append(
-            f"| [{name}]({name}.ipynb) | {study.reproduces} | {_md_escape(study.title)} | {verdicts} | {held} |"
-        )
+        rows.append(f"| [{name}]({name}.ipynb) | {study.reproduces} | {_md_escape(study.title)} | {outcome(res)} |")
     index = out / "index.md"
     index.write_text(
         "---\ntitle: Studies\ndescription: One page per study, from its executed notebook and its "
         f"results at scale `{scale}`.\n---\n\n"
         "Each study is a notebook in `studies/` that reproduces one figure or claim of the report. "
         "How to run, submit and add studies: [the studies guide](../guides/studies.md).\n\n"
-        "| study | reproduces | what | the report's claims | supporting checks holding |\n|---|---|---|---|---|\n"
-        + "\n".join(rows)
-        + "\n"
+        "| study | reproduces | what | what its run found |\n|---|---|---|---|\n" + "\n".join(rows) + "\n"
     )
     return [index] + pages
 
