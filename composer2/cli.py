@@ -13,8 +13,8 @@ from .runs import REUSE_STALE
 from .studies.runner import StudyFailed
 
 # %% auto #0
-__all__ = ['SCALE_HELP', 'REUSE_HELP', 'system_info', 'cmd_info', 'cmd_config', 'cmd_data_build', 'copy_line', 'cmd_train',
-           'cmd_generate', 'cmd_pretrain', 'cmd_rl', 'cmd_reproduce', 'cmd_study_list', 'cmd_study_run',
+__all__ = ['SCALE_HELP', 'REUSE_HELP', 'system_info', 'cmd_info', 'cmd_config', 'cmd_data_build', 'copy_line',
+           'cmd_train', 'cmd_generate', 'cmd_pretrain', 'cmd_rl', 'cmd_reproduce', 'cmd_study_list', 'cmd_study_run',
            'cmd_study_submit', 'cmd_study_status', 'cmd_study_index', 'cmd_tasks_stats', 'cmd_tasks_oracle',
            'cmd_tasks_show', 'parser', 'main', 'cmd_tasks_eval', 'cmd_export', 'cmd_import']
 
@@ -74,7 +74,7 @@ def system_info() -> dict:
 
 # %% ../nbs/99_cli.ipynb #23c008
 def _add_config_args(p):
-    p.add_argument("--scale", default="smoke", help="named scale: smoke, cpu or gpu (default: smoke)")
+    p.add_argument("--scale", default="smoke", help="named scale: smoke, cpu, gpu or cpu-base (default: smoke)")
     p.add_argument("--config", "-c", default=None, help="a YAML file merged over the scale")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="overrides, e.g. model.n_layers=4")
 

@@ -31,15 +31,19 @@ def git_dirty(path):
 def sync_checks():
     in_git = run(["git", "rev-parse", "--is-inside-work-tree"]).returncode == 0
     for name, cmd, path in [
-        ("sync: nbdev_export leaves composer2/ unchanged", "nbdev_export", "composer2"),
-        ("sync: nbdev_clean leaves nbs/ unchanged", "nbdev_clean", "nbs"),
+        (
+            "sync: tools/export.py (nbdev_export) leaves composer2/ unchanged",
+            [sys.executable, "tools/export.py"],
+            "composer2",
+        ),
+        ("sync: nbdev_clean leaves nbs/ unchanged", [str(BIN / "nbdev_clean")], "nbs"),
     ]:
         t0 = time.time()
         if not in_git:
             record(name + " (no git checkout: cannot compare)", os.environ.get("CI") != "true", t0)
             continue
         before = git_dirty(path)
-        r = run([str(BIN / cmd)])
+        r = run(cmd)
         after = git_dirty(path)
         ok = r.returncode == 0 and after == before == ""
         record(name, ok, t0, r.stdout + r.stderr + ("\nuncommitted or changed:\n" + after if after else ""))

@@ -22,6 +22,7 @@ def run_bench(tmp_path, *parts):
     return res
 
 
+@pytest.mark.e2e  # the kernels' own notebooks (20-22) check them; this runs the benchmark script around them
 def test_bench_smoke_kernels(tmp_path):
     res = run_bench(tmp_path, "quant", "gemm", "nvfp4_quant", "nvfp4_gemm")
     (q,) = res["nvfp4_quant"]

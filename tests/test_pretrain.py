@@ -52,6 +52,7 @@ def run_until(cmd_args, min_steps, sig, runs):
     return p.returncode, err
 
 
+@pytest.mark.e2e  # 70_pretrain's resume cells check the same bit for bit in process
 def test_sigkill_then_rerun_is_bitwise_identical(smoke_data, tmp_path, reference):
     code, _ = run_until(args(tmp_path, smoke_data), 10, signal.SIGKILL, tmp_path)
     assert code == -signal.SIGKILL

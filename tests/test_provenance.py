@@ -4,6 +4,7 @@ than reused, `--reuse-stale` reuses it and says so, and a result whose training 
 the results index (`composer2.runs.open_run`, `stale_training`, `code_label`)."""
 
 import json, os, shutil, subprocess, sys
+import pytest
 from conftest import ROOT, RUNS, c2
 from composer2.studies.runner import build_index
 from composer2.runs import stale_training
@@ -54,6 +55,7 @@ print(build_index(Path(sys.argv[1])).read_text())
 """
 
 
+@pytest.mark.e2e  # 03_runs checks the records and their reading in process; this trains at two codes
 def test_edited_code_retrains_and_marks_results_stale(smoke_data, tmp_path):
     runs, base = tmp_path / "runs", tmp_path / "runs" / "smoke" / "base"
     r = c2(*stage(runs, smoke_data), env={"C2_REUSE_STALE": ""})

@@ -36,10 +36,11 @@ def rl_verdicts(out, ids, figure_px=1000):
     return report_verdicts(out, ids, figure_px, svg=False)
 
 
-# the studies whose smoke runs take seconds to a minute each (~90 s together on a quiet machine): `make test` runs them;
-# the rest (the five RL pipelines, mxfp8_parity's two trainings, mtp_speculation's stages and 20k-row check) run in the
-# e2e tier (`make test-e2e`, and always under CI), into the same results root
-QUICK = ["kl_estimators", "length_penalty", "cpt_loss", "c2bench"]
+# the two studies whose smoke runs take seconds (no training, no task suite): `make test` runs them, the whole study
+# path (papermill, results.json, figures, verdicts, the index) once; the rest (cpt_loss's trainings, c2bench's suites,
+# the five RL pipelines, mxfp8_parity, mtp_speculation) run in the e2e tier (`make test-e2e`, and always under CI),
+# into the same results root
+QUICK = ["kl_estimators", "length_penalty"]
 REST = [s for s in STUDIES if s not in QUICK]
 
 
@@ -81,10 +82,11 @@ def test_list():
     assert re.search(r"cpt_to_rl\s+Figure 2 \(left\)\s+scales: smoke, cpu, gpu", r.stdout)
 
 
-def test_cpt_loss_results(smoke):
+@pytest.mark.e2e
+def test_cpt_loss_results(smoke_all):
     """Three log-spaced compute levels from one base; the verdicts on the levels' order (paired over held-out windows),
     the fall and its log-linearity (a hinge fit's change of slope) carry their intervals; R^2 is a supporting check."""
-    out = smoke[0] / "cpt_loss" / "smoke"
+    out = smoke_all[0] / "cpt_loss" / "smoke"
     res, verdicts = report_verdicts(out, ["cpt_levels_ordered", "cpt_loss_falls", "cpt_loss_log_linear"])
     m = res["metrics"]
     assert set(m["runs"]) == {"base", "cpt-small", "cpt-medium", "cpt-large"}
@@ -154,8 +156,9 @@ def test_length_penalty_results(smoke):
     assert {"fig_curves.png", "fig_curves.svg", "fig_example.png", "fig_example.svg"} <= {p.name for p in out.iterdir()}
 
 
-def test_c2bench_results(smoke):
-    out = smoke[0] / "c2bench" / "smoke"
+@pytest.mark.e2e  # test_c2bench.py checks the suites themselves in the quick tier
+def test_c2bench_results(smoke_all):
+    out = smoke_all[0] / "c2bench" / "smoke"
     ids = ["fig7_changes_large", "fig7_prompts_terse", "fig7_underspecified", "cursorbench_real_sessions"]
     res, verdicts = report_verdicts(out, ids)
     # Figure 7's contrast judged on the shipped v2 tier: the medians' intervals from a bootstrap over units
@@ -431,13 +434,21 @@ def test_param_override_and_own_out_dir(tmp_path, smoke):
         and f"log: {out}/length_penalty.log" in r.stdout
     )
     assert not (tmp_path / "index.md").exists()  # an --out outside the results root leaves the index alone
-    # a rerun says what the last one took, and what it would have taken without the training it found in the run cache
-    (out / "results.json").write_text(json.dumps({**res, "wall_time_s": 60.0, "scratch_s": 1500.0}))
-    r = c2("study", "run", "length_penalty", "--scale", "smoke", "--out", str(out), "-p", "n_tasks=9", env=smoke[1])
-    assert (
-        r.returncode == 0
-        and "the last run here took 1 min (25 min counting the training it reused from the run cache)" in r.stdout
-    ), r.stdout
+    # a rerun says what the last one took, and what it would have taken without the training it found in the run cache;
+    # up front, that the result it replaces used training from other code, and what becomes of that training
+    stale = [{"run": "runs/smoke/base", "code_digest": "0123456789abcdef"}]
+    again = [r"\(smoke\): the result here used 1 training run\(s\) trained at other code than the library's now; "]
+    for flag, then in [([], "each is trained again"), (["--reuse-stale"], "each is reused as it is, on request")]:
+        (out / "results.json").write_text(
+            json.dumps({**res, "wall_time_s": 60.0, "scratch_s": 1500.0, "training": stale})
+        )
+        argv = ["study", "run", "length_penalty", "--scale", "smoke", "--out", str(out), "-p", "n_tasks=9", *flag]
+        r = c2(*argv, env=smoke[1])
+        assert (
+            r.returncode == 0
+            and "the last run here took 1 min (25 min counting the training it reused from the run cache)" in r.stdout
+            and re.search(again[0] + re.escape(then), r.stdout)
+        ), r.stdout
     # that dir now belongs to length_penalty
     one_line_error(
         c2("study", "run", "kl_estimators", "--scale", "smoke", "--out", str(out)),

@@ -9,7 +9,8 @@ import torch, torch.nn.functional as F
 from ..core import C2Error
 
 # %% auto #0
-__all__ = ['EXPERT_BACKENDS', 'loop_grouped_mm', 'torch_grouped_mm', 'register_expert_backend', 'expert_backend']
+__all__ = ['EXPERT_BACKENDS', 'FORWARD_ONLY', 'loop_grouped_mm', 'torch_grouped_mm', 'register_expert_backend',
+           'check_trainable', 'expert_backend']
 
 # %% ../../nbs/24_registry.ipynb #280129bb
 def loop_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
@@ -34,10 +35,27 @@ EXPERT_BACKENDS: dict = {
 }
 
 
-def register_expert_backend(name: str, fn):
-    "Make `fn(a, b, offs)` the grouped GEMM of `model.expert_backend=name` (a researcher's own kernel); returns `fn`."
+FORWARD_ONLY: set = {"nvfp4"}  # backends without a backward pass: serving and rollouts, never a training stage
+
+
+def register_expert_backend(name: str, fn, forward_only: bool = False):
+    """Make `fn(a, b, offs)` the grouped GEMM of `model.expert_backend=name` (a researcher's own kernel), one that
+    `check_trainable` refuses for training when `forward_only`; returns `fn`."""
     EXPERT_BACKENDS[name] = fn
+    if forward_only:
+        FORWARD_ONLY.add(name)
+    else:
+        FORWARD_ONLY.discard(name)
     return fn
+
+
+def check_trainable(name: str):
+    """`C2Error` when `name` is a forward-only backend: a training stage calls it first, so the refusal comes before
+    its data and model are built (the backend itself would refuse only at the first forward that needs gradients)."""
+    if name in FORWARD_ONLY:
+        raise C2Error(
+            f"model.expert_backend={name} is forward-only (serving and rollouts): train with mxfp8 or grouped_mm"
+        )
 
 
 def expert_backend(name: str):

@@ -17,6 +17,7 @@ from ..config import LEVELS, STAGES, Config, repo_root, to_yaml
 from ..core import C2Error, Preempted, atomic_write, drop_log_messages, heartbeat
 from ..data.corpus import DataDir, PAD_ID, SPECIAL_TOKENS, open_data
 from ..model.moe import MoETransformer, training_loss
+from ..kernels.registry import check_trainable
 from ..agent.protocol import SYSTEM_PROMPT, Message, Transcript, context_segments, format_tool_call
 from ..runs import open_run, stage_dir
 from composer2.model.checkpoint import (
@@ -821,6 +822,7 @@ def run_plan(
     stops when that much time is up, and its summary says so: `stopped_early` (the schedule, sized to `plan.steps`,
     never finished decaying, and the result depends on the machine's speed). A run in `out` trained at other code than
     the library's now is trained again, unless `C2_REUSE_STALE=1` (`composer2.runs.open_run` records the code)."""
+    check_trainable(cfg.model.expert_backend)  # before the data and model are built
     cb = StageCallback(out, plan, cfg.pretrain.ckpt_every, "")
     trainer = _trainer(cfg, out, plan, cb, progress, minutes)  # first: it knows this process's rank among how many
     rank, world = trainer.global_rank, trainer.world_size

@@ -20,12 +20,21 @@ from composer2.studies.registry import (
     resolve_params,
     results_root,
 )
-from ..runs import code_digest, device_info, git, note_training, provenance, stale_training, versions
+from composer2.runs import (
+    REUSE_STALE,
+    code_digest,
+    device_info,
+    git,
+    note_training,
+    provenance,
+    stale_training,
+    versions,
+)
 
 # %% auto #0
-__all__ = ['STUDY_CODE', 'INDEX_INTRO', 'README_BEGIN', 'README_END', 'StudyFailed', 'default_out', 'check_out_dir', 'is_stale',
-           'cell_seconds', 'CellProgress', 'clean_notebook', 'render_html', 'run_study', 'index_runs', 'scale_label',
-           'code_label', 'outcome', 'build_index', 'readme_table', 'update_readme']
+__all__ = ['STUDY_CODE', 'INDEX_INTRO', 'README_BEGIN', 'README_END', 'StudyFailed', 'default_out', 'check_out_dir',
+           'is_stale', 'cell_seconds', 'CellProgress', 'clean_notebook', 'render_html', 'run_study', 'index_runs',
+           'scale_label', 'code_label', 'outcome', 'build_index', 'readme_table', 'update_readme']
 
 # %% ../../nbs/91_runner.ipynb #08c014
 class StudyFailed(Exception):
@@ -230,7 +239,11 @@ def run_study(
         if old := stale_training(last):  # the result here is stale: say so before its training is redone
             print(
                 f"{name} ({scale}): the result here used {len(old)} training run(s) trained at other code than the "
-                "library's now; each is trained again (--reuse-stale reuses them)",
+                + (
+                    "library's now; each is reused as it is, on request (--reuse-stale)"
+                    if os.environ.get(REUSE_STALE) == "1"
+                    else "library's now; each is trained again (--reuse-stale reuses them)"
+                ),
                 flush=True,
             )
     n_cells = len(json.loads(st.notebook.read_text())["cells"]) + 1  # + the parameters cell papermill injects
