@@ -30,6 +30,7 @@ def suite():
 
 
 @needs_bwrap
+@pytest.mark.e2e  # 53_c2bench revalidates 12 tasks in the quick tier
 def test_revalidate_sample(suite):
     "20 tasks spread over the modules: in the real sandbox each fails as given and passes with its solution."
     sample = spread_sample(suite, 20)
@@ -45,6 +46,7 @@ def test_revalidate_sample(suite):
 
 @needs_bwrap
 @needs_testsuite
+@pytest.mark.e2e  # 53_c2bench builds twice and compares in the quick tier
 def test_generation_is_deterministic(tmp_path):
     "The same seed gives byte-identical files, and the shipped colorsys tasks are what this interpreter regenerates."
     man = c2bench_manifest()
@@ -88,6 +90,7 @@ def suite_v2():
 
 
 @needs_bwrap
+@pytest.mark.e2e  # 55_c2bench_v2 revalidates 10 tasks in the quick tier
 def test_revalidate_sample_v2(suite_v2):
     "15 v2 tasks spread over the units: each fails as given and passes with its solution."
     res = revalidate(spread_sample(suite_v2, 15), workers=2, timeout=300.0)
@@ -96,6 +99,7 @@ def test_revalidate_sample_v2(suite_v2):
 
 @needs_bwrap
 @needs_testsuite
+@pytest.mark.e2e  # 55_c2bench_v2 builds twice and compares in the quick tier
 def test_generation_is_deterministic_v2(tmp_path):
     "The same seed gives byte-identical v2 files, and the shipped tasks of two units are what this interpreter regenerates."
     from composer2.tasks.c2bench_v2 import build_c2bench_v2

@@ -65,6 +65,7 @@ def test_unreadable_tokenizer(smoke_data, tmp_path):
     one_line_error(c2("train", "--scale", "smoke", f"data.dir={broken}"), "tokenizer", str(tok))
 
 
+@pytest.mark.e2e  # 70_pretrain runs a budget-cut `train` in process; here, the line the CLI prints
 def test_a_time_budget_that_cuts_training_short_says_so(smoke_data, tmp_path):
     r = c2(
         "train",

@@ -189,7 +189,9 @@ def test_srun_ntasks_per_node(cluster, smoke_data, tmp_path, one_rank, two_ranks
     assert res["done"]["ranks"] == 2 and len([l for l in r.stdout.splitlines() if l.startswith("base: ")]) == 1
 
 
-@pytest.mark.parametrize("kill", [False, True])
+@pytest.mark.parametrize(
+    "kill", [False, pytest.param(True, marks=pytest.mark.e2e)]
+)  # the quick tier: without --kill-on-bad-exit
 def test_srun_ntasks_without_per_node_is_one_line(cluster, smoke_data, tmp_path, kill):  # noqa: F811
     "srun -n 2: one line from c2 saying what to use (task 0 says it, the other waits; with --kill-on-bad-exit too)."
     r = srun("-n", "2", *(["--kill-on-bad-exit=1"] if kill else []), C2, *args(tmp_path, smoke_data, *DDP2))

@@ -107,6 +107,7 @@ def test_plain_job(cluster, tmp_path):
     assert job["state"] == "COMPLETED (results.json)", job
 
 
+@pytest.mark.e2e  # the quick tier sweeps through submitit's local executor (tests/test_studies.py)
 def test_sweep_is_one_job_array(cluster, tmp_path):
     env = env_for(tmp_path)
     r = c2(

@@ -567,6 +567,12 @@ def test_submit_local_sweep_and_status(tmp_path):
     for lam in ["0.002", "0.004"]:
         res = json.loads((tmp_path / "sw" / "sweep" / f"lam={lam}" / "results.json").read_text())
         assert res["status"] == "ok" and res["params"]["lam"] == float(lam)
+    # the arms side by side: a row per arm, a column per claim (the same under Slurm: tests/test_slurm.py, e2e)
+    index = tmp_path / "sw" / "sweep" / "index.md"
+    assert f"sweep index: {index}" in r.stdout
+    rows = [l for l in index.read_text().splitlines() if l.startswith("| ")]
+    assert rows[0] == "| " + " | ".join(["lam", "arm", "status", *(c["id"] for c in res["claims"])]) + " |", rows
+    assert [r.split(" | ")[0] for r in rows[1:]] == ["| 0.002", "| 0.004"] and all(" ok: " in r for r in rows[1:])
     s = c2("study", "status", "--json", env=env)
     jobs = json.loads(s.stdout)
     assert [(j["executor"], j["state"]) for j in jobs] == [("local", "COMPLETED")] * 2
