@@ -1,5 +1,5 @@
-"""The `c2` console script end to end, as a user runs it: a fresh data dir to a trained model generating text,
-and one-line errors (exit status 2) for user mistakes."""
+"""The `c2` console script end to end, as a user runs it: a fresh data dir to a trained model generating text, saying
+what it does and nothing else (no library's notices), and one-line errors (exit status 2) for user mistakes."""
 
 import json, re, shutil
 import pytest
@@ -82,16 +82,55 @@ def test_a_time_budget_that_cuts_training_short_says_so(smoke_data, tmp_path):
     assert m and 0 < int(m.group(1)) < 100000, r.stdout
 
 
+# the notices libraries print on every run, silenced at their source: Lightning's tips and accelerator lines, its srun
+# hint, torch.load's weights_only note, a pytree deprecation, torchao's CUDA extensions a CPU torch cannot load, and
+# Lightning's `Epoch 0/-2` bar; the first commands a newcomer runs say what they do and nothing else
+NOISE = [
+    "💡 Tip",
+    "litlogger",
+    "GPU available",
+    "TPU available",
+    "The `srun` command is available",
+    "`weights_only` was not set",
+    "LeafSpec",
+    "Failed to load",
+    "is an Enum subclass",
+    "Epoch 0/",
+    "`Trainer.fit` stopped",
+]
+
+
+def assert_quiet(r):
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    heard = [n for n in NOISE if n in out]
+    assert not heard, (heard, out[-3000:])
+
+
 @pytest.fixture(scope="module")
 def trained(smoke_data, tmp_path_factory):
-    "A smoke model trained 40 steps by the real CLI: (its run dir, c2 train's result)."
+    """A smoke model trained 40 steps by the real CLI, with Lightning's checkpoint saves (where weights_only was noted)
+    and validations, and the heartbeat of its final evaluation at 1 s: (its run dir, c2 train's result)."""
     run = tmp_path_factory.mktemp("trained") / "run"
-    return run, c2("train", "--scale", "smoke", f"data.dir={smoke_data}", "train.steps=40", "--out", str(run))
+    argv = ["train", "--scale", "smoke", f"data.dir={smoke_data}", "train.steps=40", "train.eval_every=20"]
+    return run, c2(*argv, "pretrain.ckpt_every=20", "--out", str(run), env={"C2_HEARTBEAT_S": "1", "COLUMNS": "200"})
 
 
 def test_fresh_data_to_trained_model_generating(smoke_data, trained, tmp_path):
     run, r = trained
-    assert r.returncode == 0, r.stderr
+    assert_quiet(r)
+    assert "stage train" in r.stdout and "trained 40 steps" in r.stdout  # the bar names the stage
+    exported = c2(
+        "export",
+        "--scale",
+        "smoke",
+        f"data.dir={smoke_data}",
+        "--checkpoint",
+        str(run / "final.pt"),
+        "--out",
+        str(tmp_path / "hf"),
+    )
+    assert_quiet(exported)
     before, after = map(float, re.search(r"internal-codebase NLL: ([\d.]+) -> ([\d.]+)", r.stdout).groups())
     assert after < before - 0.5, r.stdout
     ck = run / "final.pt"
