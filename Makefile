@@ -37,7 +37,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m ipykernel install --sys-prefix --name composer2 --display-name composer2 >/dev/null
 	@touch $(STAMP)
 
-# the quick tier (~25 min on 2 cores, the target 10); test-e2e adds the end-to-end tier (pytest -m e2e), as CI (CI=true) always does
+# the quick tier (~19 min on 2 cores, the target 10); test-e2e adds the end-to-end tier (pytest -m e2e), as CI (CI=true) always does
 test: setup
 	$(BIN)/python tests/run_suite.py
 
