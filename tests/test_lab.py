@@ -2,10 +2,10 @@
 token and 403 without, an executed study notebook opens through the contents API, and the server stops by PID. Without
 TOKEN the URL `make lab` prints is the one it serves."""
 
-import json, os, re, secrets, signal, socket, subprocess, time, urllib.error, urllib.parse, urllib.request
+import json, os, re, secrets, shutil, signal, socket, subprocess, time, urllib.error, urllib.parse, urllib.request
 from pathlib import Path
 import pytest
-from conftest import ROOT, c2
+from conftest import ROOT
 
 
 def free_port():
@@ -31,9 +31,9 @@ def children(pid):
 
 
 def test_lab_token_and_executed_notebook(tmp_path):
-    out = tmp_path / "kl"
-    r = c2("study", "run", "length_penalty", "--scale", "smoke", "--out", str(out))
-    assert r.returncode == 0, r.stderr
+    out = tmp_path / "kl"  # an executed study notebook, as `c2 study run` writes it (the committed cpu result)
+    out.mkdir()
+    shutil.copy(ROOT / "studies" / "results" / "length_penalty" / "cpu" / "length_penalty.ipynb", out)
     port, token = free_port(), secrets.token_hex(16)
     make = subprocess.Popen(
         ["make", "-s", "lab", f"PORT={port}", f"TOKEN={token}", f"LAB_DIR={tmp_path}"],
