@@ -78,7 +78,7 @@ slurm-down:
 	@bash slurm/cluster.sh down
 
 export: setup
-	$(BIN)/python tools/export.py && $(BIN)/nbdev_clean
+	$(BIN)/nbdev_export && $(BIN)/nbdev_clean
 
 # ruff format (120-character lines, one statement per line) over the notebooks and scripts, then export: make test
 # checks both

@@ -13,8 +13,8 @@ from .runs import REUSE_STALE
 from .studies.runner import StudyFailed
 
 # %% auto #0
-__all__ = ['SCALE_HELP', 'REUSE_HELP', 'system_info', 'cmd_info', 'cmd_config', 'cmd_data_build', 'copy_line',
-           'cmd_train', 'cmd_generate', 'cmd_pretrain', 'cmd_rl', 'cmd_reproduce', 'cmd_study_list', 'cmd_study_run',
+__all__ = ['SCALE_HELP', 'REUSE_HELP', 'system_info', 'cmd_info', 'cmd_config', 'cmd_data_build', 'copy_line', 'cmd_train',
+           'cmd_generate', 'cmd_pretrain', 'cmd_rl', 'cmd_reproduce', 'cmd_study_list', 'cmd_study_run',
            'cmd_study_submit', 'cmd_study_status', 'cmd_study_index', 'cmd_tasks_stats', 'cmd_tasks_oracle',
            'cmd_tasks_show', 'parser', 'main', 'cmd_tasks_eval', 'cmd_export', 'cmd_import']
 

@@ -12,9 +12,9 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 from .core import C2Error
 
 # %% auto #0
-__all__ = ['STAGES', 'LEVELS', 'SUITES', 'TASK_SPLITS', 'ConfigError', 'opt', 'ModelConfig', 'DataConfig',
-           'TrainConfig', 'SampleConfig', 'PretrainConfig', 'SandboxConfig', 'TasksConfig', 'RewardConfig', 'RLConfig',
-           'Config', 'validate', 'repo_root', 'scales_dir', 'available_scales', 'load_config', 'to_yaml', 'rl_context']
+__all__ = ['STAGES', 'LEVELS', 'SUITES', 'TASK_SPLITS', 'ConfigError', 'opt', 'ModelConfig', 'DataConfig', 'TrainConfig',
+           'SampleConfig', 'PretrainConfig', 'SandboxConfig', 'TasksConfig', 'RewardConfig', 'RLConfig', 'Config',
+           'validate', 'repo_root', 'scales_dir', 'available_scales', 'load_config', 'to_yaml', 'rl_context']
 
 # %% ../nbs/01_config.ipynb #6aa7136f
 class ConfigError(C2Error):

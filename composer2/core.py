@@ -9,8 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['C2Error', 'Preempted', 'atomic_write', 'read_jsonl', 'umask', 'public_modes', 'heartbeat',
-           'drop_log_messages']
+__all__ = ['C2Error', 'Preempted', 'atomic_write', 'read_jsonl', 'umask', 'public_modes', 'heartbeat', 'drop_log_messages']
 
 # %% ../nbs/00_core.ipynb #ff748fc5
 class C2Error(Exception):

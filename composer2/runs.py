@@ -12,8 +12,8 @@ from .core import atomic_write
 from .config import Config, repo_root
 
 # %% auto #0
-__all__ = ['REUSE_STALE', 'RUN_FILES', 'versions', 'device_info', 'code_digest', 'note_training', 'training_runs',
-           'git', 'provenance', 'stale_training', 'open_run', 'stage_dir']
+__all__ = ['REUSE_STALE', 'RUN_FILES', 'versions', 'device_info', 'code_digest', 'note_training', 'training_runs', 'git',
+           'provenance', 'stale_training', 'open_run', 'stage_dir']
 
 # %% ../nbs/03_runs.ipynb #08c014-1
 def versions() -> dict:

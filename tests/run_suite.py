@@ -31,11 +31,7 @@ def git_dirty(path):
 def sync_checks():
     in_git = run(["git", "rev-parse", "--is-inside-work-tree"]).returncode == 0
     for name, cmd, path in [
-        (
-            "sync: tools/export.py (nbdev_export) leaves composer2/ unchanged",
-            [sys.executable, "tools/export.py"],
-            "composer2",
-        ),
+        ("sync: nbdev_export leaves composer2/ unchanged", [str(BIN / "nbdev_export")], "composer2"),
         ("sync: nbdev_clean leaves nbs/ unchanged", [str(BIN / "nbdev_clean")], "nbs"),
     ]:
         t0 = time.time()

@@ -6,7 +6,6 @@ export cells stay small, and no line of a module passes 120 characters. Each imp
 including imports inside functions, which an import-time check would miss."""
 
 import ast, json, re
-from textwrap import TextWrapper
 from pathlib import Path
 from conftest import ROOT
 
@@ -162,32 +161,23 @@ def test_export_cells_are_small():
 
 
 def long_lines(text: str) -> list[int]:
-    "Numbers of the lines of a module's `text` over MAX_LINE characters."
-    return [i for i, line in enumerate(text.splitlines(), 1) if len(line) > MAX_LINE]
+    """Numbers of the lines of a module's `text` over MAX_LINE characters, but for the one nbdev writes itself and
+    cannot be told to wrap shorter: `__all__ = [...]`, which it wraps at MAX_LINE characters before adding its
+    10-character prefix (the package is what `nbdev_export` writes, so nothing may rewrap it after)."""
+    return [
+        i
+        for i, line in enumerate(text.splitlines(), 1)
+        if len(line) > MAX_LINE and not (line.startswith("__all__ = [") and len(line) <= MAX_LINE + len("__all__ = "))
+    ]
 
 
 def test_module_lines_fit():
-    assert long_lines(f'"""{"d" * MAX_LINE}"""\nx = 1  # {"c" * MAX_LINE}\n"{"s" * MAX_LINE}"\n') == [1, 2, 3]
+    nbdev_all = f"__all__ = [{'a' * (MAX_LINE - 2)}]"  # as long as nbdev writes it: exempt; one character more is not
+    assert long_lines(f'{nbdev_all}\nx = 1  # {"c" * MAX_LINE}\n"{"s" * MAX_LINE}"\n{nbdev_all}b\n') == [2, 3, 4]
     long = [
         f"{p.relative_to(ROOT)}:{i}"
         for p in sorted(PKG.rglob("*.py"))
         if p.name != "_modidx.py"
         for i in long_lines(p.read_text())
     ]
-    assert not long, f"lines over {MAX_LINE} characters (wrap them in their notebook; make export): " + ", ".join(long)
-
-
-def test_export_wraps_all():
-    "tools/export.py rewraps nbdev's `__all__` (wrapped before its 10-character prefix) within MAX_LINE, names kept."
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("export", ROOT / "tools" / "export.py")
-    export = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(export)
-    names = [f"name_{i:03d}" for i in range(40)]
-    wrapped = TextWrapper(MAX_LINE, subsequent_indent=" " * 11, break_long_words=False).wrap(str(names))
-    nbdev_style = "x = 1\n\n# %% auto #0\n__all__ = " + "\n".join(wrapped) + "\n"  # as nbdev 2 writes it
-    out = export.wrap_all(nbdev_style)
-    assert max(map(len, out.splitlines())) <= MAX_LINE < max(map(len, nbdev_style.splitlines()))
-    assert ast.literal_eval(out.split("__all__ = ")[1]) == names and out.startswith("x = 1\n\n# %% auto #0\n")
-    assert export.wrap_all(out) == out and export.wrap_all("y = 2\n") == "y = 2\n"
+    assert not long, f"lines over {MAX_LINE} characters (wrap them in their notebook): " + ", ".join(long)

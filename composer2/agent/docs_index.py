@@ -11,8 +11,7 @@ from pathlib import Path
 from ..data.corpus import stdlib_dir
 
 # %% auto #0
-__all__ = ['SKIP_PARTS', 'doc_sources', 'DocEntry', 'doc_entries', 'doc_words', 'DocsIndex', 'docs_index',
-           'docs_search']
+__all__ = ['SKIP_PARTS', 'doc_sources', 'DocEntry', 'doc_entries', 'doc_words', 'DocsIndex', 'docs_index', 'docs_search']
 
 # %% ../../nbs/62_docs_index.ipynb #docs-src
 SKIP_PARTS = {

@@ -11,8 +11,8 @@ from ..data.corpus import SPECIAL_TOKENS
 from ..sandbox.paths import printable
 
 # %% auto #0
-__all__ = ['SYSTEM', 'USER', 'ASSISTANT', 'END_TURN', 'TOOL_CALL', 'END_TOOL_CALL', 'TOOL_RESULT', 'END_TOOL_RESULT',
-           'THINK', 'END_THINK', 'SUMMARIZE', 'SUMMARY', 'END_SUMMARY', 'TOOLS', 'SYSTEM_PROMPT', 'ROLES', 'ToolCall',
+__all__ = ['SYSTEM', 'USER', 'ASSISTANT', 'END_TURN', 'TOOL_CALL', 'END_TOOL_CALL', 'TOOL_RESULT', 'END_TOOL_RESULT', 'THINK',
+           'END_THINK', 'SUMMARIZE', 'SUMMARY', 'END_SUMMARY', 'TOOLS', 'SYSTEM_PROMPT', 'ROLES', 'ToolCall',
            'ToolResult', 'format_tool_call', 'Param', 'ToolSpec', 'check_arguments', 'make_system_prompt', 'parse_turn',
            'parse_tool_calls', 'TurnParts', 'turn_parts', 'Message', 'Transcript', 'summary_text', 'resume_context',
            'context_segments']

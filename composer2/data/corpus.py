@@ -14,9 +14,9 @@ from ..core import C2Error, public_modes
 from ..config import Config, DataConfig, load_config, repo_root
 
 # %% auto #0
-__all__ = ['SPECIAL_TOKENS', 'PAD_ID', 'EOS_ID', 'FORMAT', 'SPLITS', 'data_root', 'SourceFile', 'stdlib_dir',
-           'collect_code', 'collect_prose', 'internal_codebase', 'manifest', 'build_data', 'TokenizerFile', 'DataDir',
-           'open_data', 'eval_windows']
+__all__ = ['SPECIAL_TOKENS', 'PAD_ID', 'EOS_ID', 'FORMAT', 'SPLITS', 'data_root', 'SourceFile', 'stdlib_dir', 'collect_code',
+           'collect_prose', 'internal_codebase', 'manifest', 'build_data', 'TokenizerFile', 'DataDir', 'open_data',
+           'eval_windows']
 
 # %% ../../nbs/10_data.ipynb #01c004
 SPECIAL_TOKENS = [

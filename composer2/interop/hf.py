@@ -14,9 +14,9 @@ from ..model.engine import Generation, stream_key
 from ..model.moe import MoETransformer, MoE
 
 # %% auto #0
-__all__ = ['CHAT_TEMPLATE', 'quiet_torchao', 'hf_config', 'to_hf', 'hf_config_to_model', 'from_hf', 'hf_tokenizer',
-           'export_hf', 'import_hf', 'TokenizerData', 'HFServer', 'chat_roles', 'turn_end_ids', 'ChatPolicy',
-           'evaluate_chat', 'speaks_composer2', 'evaluate_hf']
+__all__ = ['CHAT_TEMPLATE', 'quiet_torchao', 'hf_config', 'to_hf', 'hf_config_to_model', 'from_hf', 'hf_tokenizer', 'export_hf',
+           'import_hf', 'TokenizerData', 'HFServer', 'chat_roles', 'turn_end_ids', 'ChatPolicy', 'evaluate_chat',
+           'speaks_composer2', 'evaluate_hf']
 
 # %% ../../nbs/95_hf.ipynb #22c04q
 def quiet_torchao():

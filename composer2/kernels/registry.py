@@ -9,8 +9,8 @@ import torch, torch.nn.functional as F
 from ..core import C2Error
 
 # %% auto #0
-__all__ = ['EXPERT_BACKENDS', 'FORWARD_ONLY', 'loop_grouped_mm', 'torch_grouped_mm', 'register_expert_backend',
-           'check_trainable', 'expert_backend']
+__all__ = ['EXPERT_BACKENDS', 'FORWARD_ONLY', 'loop_grouped_mm', 'torch_grouped_mm', 'register_expert_backend', 'check_trainable',
+           'expert_backend']
 
 # %% ../../nbs/24_registry.ipynb #280129bb
 def loop_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:

@@ -13,8 +13,7 @@ from ..data.corpus import SPECIAL_TOKENS, eval_windows
 from .moe import MoETransformer
 
 # %% auto #0
-__all__ = ['pick_device', 'build_model', 'lr_at', 'codebase_nll', 'copy_nll', 'save_checkpoint', 'read_torch',
-           'load_checkpoint']
+__all__ = ['pick_device', 'build_model', 'lr_at', 'codebase_nll', 'copy_nll', 'save_checkpoint', 'read_torch', 'load_checkpoint']
 
 # %% ../../nbs/33_checkpoint.ipynb #04c004
 def pick_device(name: str = "auto") -> torch.device:

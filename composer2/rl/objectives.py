@@ -9,9 +9,8 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['KL_ESTIMATORS', 'KL_LOG_RATIO_CLIP', 'KL_K3_MAX', 'kl_k1', 'kl_k2', 'kl_k3', 'kl_estimate',
-           'kl_exact_moments', 'kl_penalty', 'group_advantages', 'permute_rewards', 'pg_loss', 'best_of_k',
-           'best_of_k_curve']
+__all__ = ['KL_ESTIMATORS', 'KL_LOG_RATIO_CLIP', 'KL_K3_MAX', 'kl_k1', 'kl_k2', 'kl_k3', 'kl_estimate', 'kl_exact_moments',
+           'kl_penalty', 'group_advantages', 'permute_rewards', 'pg_loss', 'best_of_k', 'best_of_k_curve']
 
 # %% ../../nbs/80_objectives.ipynb #11c005
 def _xp(x):

@@ -16,8 +16,8 @@ from .step import Group, Rollout, Segment
 log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['log', 'COMPACTION_PROMPT', 'EnginePolicy', 'map_abandoning', 'injected_faults', 'Rollouts',
-           'evaluate_checkpoint', 'pass_table']
+__all__ = ['log', 'COMPACTION_PROMPT', 'EnginePolicy', 'map_abandoning', 'injected_faults', 'Rollouts', 'evaluate_checkpoint',
+           'pass_table']
 
 # %% ../../nbs/83_rollout.ipynb #400eb805
 COMPACTION_PROMPT = """Your context is full. Write a summary that replaces the conversation so far. Use these sections:

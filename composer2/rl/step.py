@@ -13,8 +13,8 @@ from ..model.moe import ModelOutput
 from .objectives import group_advantages, kl_k3, kl_penalty, permute_rewards, pg_loss
 
 # %% auto #0
-__all__ = ['CALL_TERMS', 'Segment', 'Rollout', 'Group', 'collate', 'SharedPrefix', 'shared_prefix_len',
-           'token_logprobs', 'mismatch_stats', 'staleness_histogram', 'rl_step']
+__all__ = ['CALL_TERMS', 'Segment', 'Rollout', 'Group', 'collate', 'SharedPrefix', 'shared_prefix_len', 'token_logprobs',
+           'mismatch_stats', 'staleness_histogram', 'rl_step']
 
 # %% ../../nbs/81_rl_step.ipynb #11c027
 @dataclass

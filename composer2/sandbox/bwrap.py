@@ -23,8 +23,7 @@ from composer2.sandbox.workspace import (
 )
 
 # %% auto #0
-__all__ = ['OUTPUT_KILL_BYTES', 'STDIN_PIPE_BYTES', 'sandbox_limits', 'RunResult', 'system_copies', 'Sandbox',
-           'SandboxPool']
+__all__ = ['OUTPUT_KILL_BYTES', 'STDIN_PIPE_BYTES', 'sandbox_limits', 'RunResult', 'system_copies', 'Sandbox', 'SandboxPool']
 
 # %% ../../nbs/43_sandbox.ipynb #12c019-4
 _HOST, _HOST_LOCK = {}, threading.RLock()  # re-entered by the self-check

@@ -13,11 +13,11 @@ from ..config import load_config, repo_root, to_yaml
 from ..runs import training_runs
 
 # %% auto #0
-__all__ = ['STUDIES', 'SCALES', 'RESERVED', 'VERDICTS', 'RUN_PLACES', 'PIPELINE_SECTIONS', 'Study', 'studies_dir',
-           'results_root', 'jobs_dir', 'get_study', 'study_scales', 'notebook_parameters', 'coerce_param',
-           'split_assignment', 'config_override', 'load_scale', 'resolve_params', 'claim', 'verdict',
-           'interval_verdict', 'write_results', 'cached_seconds', 'load_results', 'save_figure', 'set_theme',
-           'Checkpoint', 'run_key', 'study_runs', 'config_key', 'pipeline_key']
+__all__ = ['STUDIES', 'SCALES', 'RESERVED', 'VERDICTS', 'RUN_PLACES', 'PIPELINE_SECTIONS', 'Study', 'studies_dir', 'results_root',
+           'jobs_dir', 'get_study', 'study_scales', 'notebook_parameters', 'coerce_param', 'split_assignment',
+           'config_override', 'load_scale', 'resolve_params', 'claim', 'verdict', 'interval_verdict', 'write_results',
+           'cached_seconds', 'load_results', 'save_figure', 'set_theme', 'Checkpoint', 'run_key', 'study_runs',
+           'config_key', 'pipeline_key']
 
 # %% ../../nbs/90_studies.ipynb #08c005
 @dataclass(frozen=True)

@@ -32,9 +32,9 @@ from composer2.runs import (
 )
 
 # %% auto #0
-__all__ = ['STUDY_CODE', 'INDEX_INTRO', 'README_BEGIN', 'README_END', 'StudyFailed', 'default_out', 'check_out_dir',
-           'is_stale', 'cell_seconds', 'CellProgress', 'clean_notebook', 'render_html', 'run_study', 'index_runs',
-           'scale_label', 'code_label', 'outcome', 'build_index', 'readme_table', 'update_readme']
+__all__ = ['STUDY_CODE', 'INDEX_INTRO', 'README_BEGIN', 'README_END', 'StudyFailed', 'default_out', 'check_out_dir', 'is_stale',
+           'cell_seconds', 'CellProgress', 'clean_notebook', 'render_html', 'run_study', 'index_runs', 'scale_label',
+           'code_label', 'outcome', 'build_index', 'readme_table', 'update_readme']
 
 # %% ../../nbs/91_runner.ipynb #08c014
 class StudyFailed(Exception):

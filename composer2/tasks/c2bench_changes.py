@@ -11,8 +11,8 @@ from ..core import C2Error
 from .mutations import _Source, _statements, functions
 
 # %% auto #0
-__all__ = ['V2_CATEGORIES', 'Change', 'module_name', 'Def', 'removal_changes', 'camel', 'rename_changes',
-           'branch_changes', 'live_defs']
+__all__ = ['V2_CATEGORIES', 'Change', 'module_name', 'Def', 'removal_changes', 'camel', 'rename_changes', 'branch_changes',
+           'live_defs']
 
 # %% ../../nbs/54_c2bench_changes.ipynb #chg-cat
 V2_CATEGORIES = ["feature", "multi_site", "underspecified"]

@@ -23,8 +23,8 @@ from .task import Task
 from .synthetic import _RUNNER
 
 # %% auto #0
-__all__ = ['AUDITED', 'JUDGE_RUNNER', 'protected_files', 'judge_spec', 'Verdict', 'expected_tests', 'JudgeCache',
-           'judge', 'run_tests']
+__all__ = ['AUDITED', 'JUDGE_RUNNER', 'protected_files', 'judge_spec', 'Verdict', 'expected_tests', 'JudgeCache', 'judge',
+           'run_tests']
 
 # %% ../../nbs/57_judge.ipynb #15c005
 def protected_files(task: Task) -> list[str]:
