@@ -553,6 +553,7 @@ def evaluate_chat(cfg: Config, path, tasks: list, k: int, seed: int = 0, on_prog
             summary_prefill=[0] * k,
             summary_lengths=[[] for _ in range(k)],
             refits=[0] * k,
+            clipped=[0] * k,
         )
         for j in range(k):
             pol = ChatPolicy(

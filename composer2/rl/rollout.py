@@ -45,8 +45,12 @@ class EnginePolicy:
     Every arm summarises when its live context, plus its request (`<|summarize|>` or the compaction prompt) and the
     room its summary may take (`summary_tokens`, the prompt arm's `compaction_tokens`), reaches `summary_trigger` of
     the context; so each asks within the context it summarises, and an arm with a longer request or a longer summary
-    summarises sooner -- the cost the report measures. A request that still does not fit (a tool result larger than the
-    context left) is asked in a re-encoded head and tail of the transcript, and counted (`Rollout.refits`)."""
+    summarises sooner -- the cost the report measures. The request always follows the live context: a turn's prompt
+    (the first, or a new segment's fresh context) leaves room for the turn and a summary's request and room
+    (`turn_room`), and newest messages that do not all fit before the request (a tool result larger than the context
+    left) are clipped to their head and tail (`Rollout.clipped` counts those summaries). Only a turn longer than the
+    context past the trigger could still leave no room; such a request is asked in a re-encoded head and tail of the
+    transcript (`Rollout.refits`)."""
 
     def __init__(
         self,
@@ -83,9 +87,21 @@ class EnginePolicy:
         self.prefill = self.summary_prefill = 0  # tokens fed to the cache: all, and those a summary cost
         # the summary request's tokens, up to the opening `<|summary|>` the summary follows
         self.ask = self._render([self.request]) + [self.tok["<|assistant|>"], self.tok["<|summary|>"]]
+        # what a summary needs left in the context: the request, the summary's room and its closing token
+        self.reserve = 0 if summary == "truncate" else len(self.ask) + self.budget + 1
+        # the most a turn's prompt (the first, or a segment's fresh context) may take: after the turn the request
+        # still follows the live context
+        self.turn_room = self.L - self.max_new - 2 - self.reserve
+        if self.turn_room < 64:
+            server.close(self.sid)
+            raise C2Error(
+                f"rl.max_seq_len {max_seq_len} leaves {self.turn_room} tokens for a prompt after a turn of "
+                f"{max_new_tokens} and the {summary} summary's request and room ({self.reserve}): raise it, or lower "
+                "rl.max_new_tokens, rl.summary_tokens or rl.compaction_tokens"
+            )
         self.summaries: list[str | None] = []
         self.summary_lengths: list[int] = []
-        self.refits = 0
+        self.refits = self.clipped = 0
         self._summary, self._cut_at = None, 0
 
     # -- the current segment
@@ -149,14 +165,13 @@ class EnginePolicy:
         msgs = list(transcript.messages)
         new = self._render(msgs[self._seen :])
         need = len(self.ids) + len(new) + self.max_new + 2
-        reserve = 0 if self.summary == "truncate" else len(self.ask) + self.budget
-        full = len(self.ids) + len(new) + reserve >= self.trigger * self.L
+        full = len(self.ids) + len(new) + self.reserve >= self.trigger * self.L
         summarised = bool(self.ids) and (full or need > self.L)
         if summarised:
             self._summarise(transcript)
             new = self._fresh_context(transcript)
         elif not self.ids:
-            new = self._fit(new, self.L - self.max_new - 2)
+            new = self._fit(new, self.turn_room)
         _, body = self._sample(new + [self.tok["<|assistant|>"]], "<|end_turn|>", summary_cost=summarised)
         self.turns += 1
         self._seen = len(transcript.messages) + 1  # + the assistant message run_episode appends
@@ -171,14 +186,17 @@ class EnginePolicy:
         if self.summary != "truncate":
             ask = self.ask
             msgs = list(transcript.messages)
-            extra = self._render(msgs[self._seen :]) + ask
-            room = self.L - self.budget - 1
-            if (
-                len(self.ids) + len(extra) > room
-            ):  # no room to ask here: ask in a context of the head and the newest tokens
+            new = self._render(msgs[self._seen :])
+            room = self.L - self.reserve  # the context the request may follow, its summary's room kept
+            if len(self.ids) <= room:  # after the live context, in its cache; the newest messages as much as fits
+                if len(self.ids) + len(new) > room:
+                    self.clipped += 1
+                    new = self._fit(new, room - len(self.ids))
+                extra = new + ask
+            else:  # the live context alone leaves no room for the request: ask in a re-encoded head and tail
                 self.refits += 1
                 self._close_segment()
-                extra = self._fit(self._render(msgs), max(room - len(ask), 16)) + ask
+                extra = self._fit(self._render(msgs), max(room, 16)) + ask
             _, body = self._sample(extra, "<|/summary|>", summary_cost=True, max_new=self.budget)
             text = self.data.decode(body)
             self.summary_lengths.append(len(body))
@@ -196,7 +214,7 @@ class EnginePolicy:
         msgs = list(transcript.messages)
         fixed, recent = resume_context(msgs, self._cut_at, self._summary)
         ids, tail = self._render(fixed), self._render(recent)
-        room = self.L - self.max_new - 2
+        room = self.turn_room
         if len(ids) + len(tail) > room:
             tail = tail[len(tail) - max(room - len(ids), 0) :]
         self._seen = len(msgs)
@@ -232,6 +250,7 @@ class EnginePolicy:
             summary_prefill=self.summary_prefill,
             summary_lengths=self.summary_lengths,
             refits=self.refits,
+            clipped=self.clipped,
         )
 
 # %% ../../nbs/83_rollout.ipynb #571df343
@@ -399,11 +418,11 @@ class Rollouts:
     ) -> list[dict]:
         """`k` episodes of each task, `concurrency` (default `rl.eval_concurrency`) at a time: per task the outcomes,
         rewards, turns, summaries, `tokens` (all sampled) and per episode `sampled`, `prefill`, `summary_prefill`,
-        `summary_lengths` and `refits` (`Rollout`) (a failed episode counts as unsolved, reward 0, no tokens). Sample j
-        of a task draws from the stream (eval, `seed`, task, j) -- `seed` is asked for by name, as an RL run evaluates
-        with `rl.eval_seed` and `c2 tasks eval` with its `--seed` --, so any two evaluations with the same seed -- of
-        one policy or of two, on one worker or split over several, at any concurrency -- are paired by common random
-        numbers.
+        `summary_lengths`, `refits` and `clipped` (`Rollout`) (a failed episode counts as unsolved, reward 0, no
+        tokens). Sample j of a task draws from the stream (eval, `seed`, task, j) -- `seed` is asked for by name, as an
+        RL run evaluates with `rl.eval_seed` and `c2 tasks eval` with its `--seed` --, so any two evaluations with the
+        same seed -- of one policy or of two, on one worker or split over several, at any concurrency -- are paired by
+        common random numbers.
         `on_progress(episodes done)` as in `map_abandoning`."""
         jobs = [t for t in tasks for _ in range(k)]
         streams = [stream_key("eval", seed, t.id, j) for t in tasks for j in range(k)]
@@ -425,6 +444,7 @@ class Rollouts:
                     summary_prefill=[r.summary_prefill if r else 0 for r in rs],
                     summary_lengths=[r.summary_lengths if r else [] for r in rs],
                     refits=[r.refits if r else 0 for r in rs],
+                    clipped=[r.clipped if r else 0 for r in rs],
                 )
             )
         return out

@@ -54,7 +54,8 @@ class Rollout:
     prefill: int = 0  # context tokens the policy encoded (fed to its KV cache), all segments
     summary_prefill: int = 0  # ...of them, those a summary cost: its request, and the context after it
     summary_lengths: list[int] = field(default_factory=list)  # tokens each summary took
-    refits: int = 0  # summaries whose request did not fit the live context (asked in a re-encoded head and tail)
+    refits: int = 0  # summaries whose request could not follow the live context (asked in a re-encoded head and tail)
+    clipped: int = 0  # summaries asked after the newest messages clipped to fit (a tool result larger than the room)
 
     @property
     def n_sampled(self) -> int:
