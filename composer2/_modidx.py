@@ -722,6 +722,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                                                                              'composer2/pretrain/stages.py'),
                                            'composer2.pretrain.stages._full_model': ( 'pretrain.html#_full_model',
                                                                                       'composer2/pretrain/stages.py'),
+                                           'composer2.pretrain.stages._leave_group': ( 'pretrain.html#_leave_group',
+                                                                                       'composer2/pretrain/stages.py'),
                                            'composer2.pretrain.stages._load_init': ( 'pretrain.html#_load_init',
                                                                                      'composer2/pretrain/stages.py'),
                                            'composer2.pretrain.stages._meet': ('pretrain.html#_meet', 'composer2/pretrain/stages.py'),

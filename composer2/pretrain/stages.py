@@ -4,7 +4,7 @@
 
 # %% ../../nbs/70_pretrain.ipynb #07c003
 from __future__ import annotations
-import ast, contextlib, copy, csv, ctypes, dataclasses, hashlib, json, os, signal, subprocess, sys, time, warnings
+import ast, atexit, contextlib, copy, csv, ctypes, dataclasses, hashlib, json, os, signal, subprocess, sys, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np, torch, torch.distributed as dist
@@ -748,6 +748,14 @@ def _strategy(p):
     return ModelParallelStrategy(data_parallel_size=n, tensor_parallel_size=1, save_distributed_checkpoint=False)
 
 
+def _leave_group():
+    """Leave the process group while the interpreter is still whole (at exit, registered by `_meet`): gloo's worker
+    threads outliving it abort the process now and then at teardown ('terminate called without an active exception',
+    exit 134 after a finished stage), which fails a Slurm step and every job that waits on it (afterok)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def _meet(trainer: L.Trainer):
     """Ranks started all at once (srun, torchrun) wait here for rank 0, which has checked the stage directory (it may
     move a stale run aside): they join the process group now, before Lightning would. The ranks Lightning starts itself
@@ -757,6 +765,8 @@ def _meet(trainer: L.Trainer):
 
     if trainer.world_size == 1:
         return
+    atexit.unregister(_leave_group)  # once, however many stages this process runs
+    atexit.register(_leave_group)
     if not dist.is_initialized():
         env = trainer.strategy.cluster_environment
         if isinstance(env, LightningEnvironment):
