@@ -82,6 +82,20 @@ def test_list():
     assert re.search(r"cpt_to_rl\s+Figure 2 \(left\)\s+scales: smoke, cpu, gpu", r.stdout)
 
 
+def test_every_parameter_is_seen_by_papermill():
+    "papermill reads each name a study's parameters cell sets (a comment holding '=' hid lines from it: 'unknown')."
+    from papermill.translators import PythonTranslator
+
+    for name, st in STUDIES.items():
+        cell = next(
+            c for c in json.loads(st.notebook.read_text())["cells"] if "parameters" in c["metadata"].get("tags", [])
+        )
+        src = "".join(cell["source"])
+        assigned = {m.group(1) for m in re.finditer(r"^([A-Za-z_]\w*)\s*=", src, re.M)}
+        seen = {p.name for p in PythonTranslator.inspect({"source": src})}
+        assert assigned and seen == assigned, (name, assigned - seen)
+
+
 @pytest.mark.e2e
 def test_cpt_loss_results(smoke_all):
     """Three log-spaced compute levels from one base; the verdicts on the levels' order (paired over held-out windows),
