@@ -4,7 +4,8 @@
 
 # %% ../../nbs/70_pretrain.ipynb #07c003
 from __future__ import annotations
-import ast, atexit, contextlib, copy, csv, ctypes, dataclasses, hashlib, json, os, signal, subprocess, sys, time, warnings
+import ast, atexit, contextlib, copy, csv, ctypes, dataclasses, hashlib, json
+import os, signal, subprocess, sys, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np, torch, torch.distributed as dist
