@@ -46,7 +46,7 @@ def search(tb: Toolbox, query: str) -> tuple[float, object]:
 
 
 def test_semantic_search_over_400_files_embeds_at_most_the_cap_within_the_deadline(model):
-    from composer2.agent.search import _EMB_CACHE, INDEX_MAX_NEW
+    from composer2.agent.search import _EMB_CACHE, EMBED_BATCH, INDEX_MAX_NEW
 
     ws = many_files()
     try:
@@ -56,11 +56,19 @@ def test_semantic_search_over_400_files_embeds_at_most_the_cap_within_the_deadli
         dt, r = search(tb, query)
         assert r.ok and f"\n[{400 - INDEX_MAX_NEW} chunks not searched yet" in r.output, r.output
         assert len(_EMB_CACHE) - n0 == INDEX_MAX_NEW + 1, len(_EMB_CACHE) - n0  # the new chunks and the query
-        # a deadline 1 s away: the search ends about then (one batch late at most), having embedded what it could
+        # one batch's encode on this machine as loaded now (fresh texts the size of a chunk): the overrun allowed
+        fresh = [f"{uuid.uuid4().hex} " + " ".join(random.choices(WORDS, k=150)) for _ in range(EMBED_BATCH)]
+        t0 = time.monotonic()
+        model.encode(fresh, batch_size=EMBED_BATCH, normalize_embeddings=True, show_progress_bar=False)
+        batch_s = time.monotonic() - t0
+        # a deadline 1 s away: the search ends about then (one batch late at most), having embedded what it could; the
+        # bound allows twice the batch just measured (the load moves) and 0.5 s for ranking (3.57 s failed a fixed
+        # 3.5 s bound at a load of 7 on 2 cores)
         tb.deadline = time.monotonic() + 1.0
         n1 = len(_EMB_CACHE)
         dt2, r = search(tb, query)  # cached now: only chunks are new
-        assert r.ok and dt2 < 3.5, (dt2, r.output)
+        assert r.ok and dt2 < 1.0 + 2 * batch_s + 0.5, (dt2, batch_s, r.output)
+        print(f"search with a deadline 1 s away: {dt2:.2f} s (one batch of {EMBED_BATCH}: {batch_s:.2f} s)")
         left = int(r.output.rsplit("\n[", 1)[1].split()[0])
         assert 400 - 2 * INDEX_MAX_NEW <= left < 400 - INDEX_MAX_NEW, left  # at least one batch, at most the cap
         assert len(_EMB_CACHE) - n1 == 400 - INDEX_MAX_NEW - left
