@@ -1,6 +1,6 @@
 """Pretraining steps at the cpu scale before and after the CPU speed-ups, side by side, and the machine's matmul peak.
 
-    python kernels/bench_pretrain_cpu.py [--threads 1] [--steps 30] [--repeats 3] [--compile]
+    python kernels/bench_pretrain_cpu.py [--threads 1] [--steps 30] [--repeats 3] [--bf16] [--compile]
 
 What it measures: whole training steps of the `base` stage as `PretrainModule` runs them under Lightning (forward and
 loss of `training_loss` without the MTP modules, backward, gradient clipping, AdamW from `configure_optimizers`, the
@@ -9,7 +9,13 @@ over the same batches (a synthetic Markov-chain token stream, so that the loss f
 
 - `base`: composer2 at BASE_REV (loaded from git): plain AdamW (a dozen tensor ops per parameter) and glibc's default
   heap (the step's 32 MiB logits-sized tensors on fresh pages every step: ~33k page faults a step);
-- `new`: this checkout: fused AdamW on a CPU (`configure_optimizers`) and `keep_cpu_heap` (`on_fit_start`).
+- `new`: this checkout: fused AdamW on a CPU (`configure_optimizers`) and `keep_cpu_heap` (`on_fit_start`);
+- with `--bf16`, a third arm `bf16`: this checkout under CPU autocast to bfloat16 (what Lightning's `bf16-mixed` does;
+  on a CPU with AMX its bf16 matmuls run ~7x the fp32 rate), attention kept in float32 -- not what the library's
+  trainer does on a CPU (32-true), but what it would gain.
+
+Every arm trains BASE_REV's cpu shape (its scales: the old code cannot read today's), which differs from today's only in
+the untied unembedding: the same FLOPs.
 
 The two run as two processes that take turns step by step (the order alternating), so that each pair of steps meets the
 same load on a shared machine; `--repeats` such pairs, one after the other. Reported per arm: the median step time over
@@ -130,6 +136,8 @@ def arm(path: str, threads: int, compile_: bool, perturb: bool):
     opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
     params = [p for p in model.parameters() if p.requires_grad]
     loss_fn = lambda x, y, m: training_loss(model, x, y, m, with_mtp=plan.train_mtp)["loss"]
+    if os.environ.get("C2_BENCH_BF16"):  # the bf16 arm: what Lightning's bf16-mixed does on a CPU, attention in fp32
+        loss_fn = bf16_mixed(loss_fn)
     if compile_:
         from composer2.model import moe
 
@@ -153,13 +161,35 @@ def arm(path: str, threads: int, compile_: bool, perturb: bool):
         print(json.dumps(step), flush=True)
 
 
-def lockstep(arms: dict, path: Path, threads: int, steps: int) -> dict:
+def bf16_mixed(loss_fn):
+    """`loss_fn` under CPU autocast to bfloat16 (matmuls in bf16 -- AMX tiles where the CPU has them -- with float32
+    weights, optimizer and loss), attention kept in float32: PyTorch's CPU flash-attention backward is slower in bf16
+    than in fp32 (measured here: 96 against 41 ms a step), so autocast alone would give part of the gain back."""
+    import torch
+    from composer2.model import kvcache, moe
+
+    fp32_attention = kvcache.attention
+
+    def attention(q, k, v, mask=None):
+        with torch.autocast("cpu", enabled=False):
+            return fp32_attention(q.float(), k.float(), v.float(), mask)
+
+    moe.attention = attention
+
+    def run(x, y, m):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return loss_fn(x, y, m)
+
+    return run
+
+
+def lockstep(arms: dict, path: Path, threads: int, steps: int, scales: Path) -> dict:
     """Run the arms {name: (source tree, compile, perturb, extra env)} as processes that take turns step by step (the
     order alternating every step), so that each pair of steps meets the same load on a shared machine; per arm, its
     steps' records as lists (cpu, wall, loss, faults, sys) and whether its AdamW was fused."""
     procs = {}
     for name, (src, compile_, perturb, extra) in arms.items():
-        env = {**os.environ, "PYTHONPATH": str(src), "C2_SCALES": str(ROOT / "nbs" / "scales"), **extra}
+        env = {**os.environ, "PYTHONPATH": str(src), "C2_SCALES": str(scales), **extra}
         cmd = [sys.executable, __file__, "--arm", str(path), "--threads", str(threads)]
         cmd += ["--compile"] * compile_ + ["--perturb"] * perturb
         procs[name] = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -192,6 +222,7 @@ def main():
     ap.add_argument("--steps", type=int, default=30, help=f"training steps per process (the first {WARMUP} untimed)")
     ap.add_argument("--repeats", type=int, default=3, help="pairs of processes (base and new), one after the other")
     ap.add_argument("--compile", action="store_true", help="also time the new arm under torch.compile (cold cache)")
+    ap.add_argument("--bf16", action="store_true", help="also time the new code under bf16 autocast (a third arm)")
     ap.add_argument("--out", default=str(ROOT / "kernels" / "results"))
     ap.add_argument("--arm", help=argparse.SUPPRESS)
     ap.add_argument("--perturb", action="store_true", help=argparse.SUPPRESS)
@@ -220,21 +251,29 @@ def main():
     )
     work = Path(tempfile.mkdtemp(prefix="bench_pretrain_cpu-"))
     old = old_checkout(work / "old", BASE_REV)
+    # BASE_REV's scales for every arm: its code does not know keys the scales gained since (pretrain.base_from, ...), so
+    # all arms train BASE_REV's cpu shape -- today's but for the tied unembedding, the same FLOPs
+    scales = work / "old_scales"
+    scales.mkdir()
+    arch = subprocess.run(["git", "-C", str(ROOT), "archive", BASE_REV, "nbs/scales"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(scales), "--strip-components=2"], input=arch.stdout, check=True)
     path = work / "batches.pt"
     torch.save(markov_batches(a.steps, B, T, m.vocab_size), path)
-    runs, ratios = {"base": [], "new": []}, []
+    runs, ratios = {"base": [], "new": [], **({"bf16": []} if a.bf16 else {})}, []
     control = None
     for r in range(a.repeats):
         arms = {"base": (old, False, False, {}), "new": (ROOT, False, False, {})}
+        if a.bf16:
+            arms["bf16"] = (ROOT, False, False, {"C2_BENCH_BF16": "1"})
         if r == 0:  # the old code from weights one rounding step away: how far float rounding alone moves the curve
             arms["control"] = (old, False, True, {})
-        got = lockstep(arms, path, a.threads, a.steps)
+        got = lockstep(arms, path, a.threads, a.steps, scales)
         control = got.pop("control", control)
         for name, v in got.items():
             runs[name].append(v)
         ratios += [b / n for b, n in zip(got["base"]["cpu"][WARMUP:], got["new"]["cpu"][WARMUP:])]
         med = {k: statistics.median(v["cpu"][WARMUP:]) for k, v in got.items()}
-        print(f"  pair {r + 1}: base {med['base']:.3f}, new {med['new']:.3f} CPU s/step", flush=True)
+        print(f"  round {r + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in med.items()) + " CPU s/step", flush=True)
     arms = {}
     for name, rs in runs.items():
         cpu = float(np.median([s for r in rs for s in r["cpu"][WARMUP:]]))
@@ -294,13 +333,32 @@ def main():
         f"{max(gaps[: a.steps // 2]):.1e} over the first {a.steps // 2} steps); the control (base from weights x "
         f"(1 + 2^-23)) by at most {res['control_max_loss_gap']:.2e}"
     )
+    if a.bf16:
+        lf = runs["bf16"][0]["loss"]
+        bgaps = [abs(u - v) for u, v in zip(ln, lf)]
+        res["bf16"] = dict(
+            speedup_over_base_cpu=round(arms["base"]["cpu_s_per_step"] / arms["bf16"]["cpu_s_per_step"], 3),
+            speedup_over_base_wall=round(arms["base"]["wall_s_per_step"] / arms["bf16"]["wall_s_per_step"], 3),
+            speedup_over_new_cpu=round(arms["new"]["cpu_s_per_step"] / arms["bf16"]["cpu_s_per_step"], 3),
+            max_loss_gap_vs_new=max(bgaps),
+            max_loss_gap_vs_new_relative=max(g / abs(u) for g, u in zip(bgaps, ln)),
+            loss_gap_per_step=[float(f"{g:.3g}") for g in bgaps],
+            losses=lf,
+        )
+        b = res["bf16"]
+        print(
+            f"bf16 (new + bf16 autocast, attention fp32): {b['speedup_over_base_cpu']:.3f}x over base "
+            f"({b['speedup_over_base_wall']:.3f}x wall), {b['speedup_over_new_cpu']:.3f}x over new (CPU time); loss "
+            f"differs from new by at most {b['max_loss_gap_vs_new']:.2e} ({b['max_loss_gap_vs_new_relative']:.1e} "
+            f"relative), against the float32 rounding control's {res['control_max_loss_gap']:.2e}"
+        )
     if a.compile:
         cache = work / "inductor"  # an empty compile cache: the compile time of a fresh machine
         arms2 = {
             "new": (ROOT, False, False, {}),
             "compiled": (ROOT, True, False, {"TORCHINDUCTOR_CACHE_DIR": str(cache)}),
         }
-        got = lockstep(arms2, path, a.threads, a.steps)
+        got = lockstep(arms2, path, a.threads, a.steps, scales)
         n, c = got["new"], got["compiled"]
         steady = {k: float(np.median(got[k]["wall"][WARMUP:])) for k in got}
         steady_cpu = {k: float(np.median(got[k]["cpu"][WARMUP:])) for k in got}
