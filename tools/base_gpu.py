@@ -23,8 +23,12 @@ RUNS = os.environ.get("C2_RUNS", "/tmp/c2runs")
 DEVICE = os.environ.get("C2_DEVICE", "cuda")
 MINUTES = float(os.environ.get("C2_MAX_MINUTES", "4.5"))
 OUT.mkdir(parents=True, exist_ok=True)
-note = {"argv": sys.argv[1:], "python": platform.python_version(), "torch": torch.__version__,
-        "float32_matmul_precision": torch.get_float32_matmul_precision()}  # "highest": no TF32, as on the CPU
+note = {
+    "argv": sys.argv[1:],
+    "python": platform.python_version(),
+    "torch": torch.__version__,
+    "float32_matmul_precision": torch.get_float32_matmul_precision(),
+}  # "highest": no TF32, as on the CPU
 
 
 def say(*a):
@@ -80,15 +84,19 @@ assert data.manifest["key"] == KEY and data.vocab_size == cfg.data.vocab_size, (
 plan = stage_plan(cfg, "base")
 sd = stage_dir(cfg, plan.name)
 note.update(overrides=overrides, stage_dir=str(sd), plan=dict(steps=plan.steps, copy_warmup=plan.copy_warmup))
-say(f"stage base: {plan.steps} steps ({plan.copy_warmup} copy warm-up), batch {plan.batch_size}x{plan.seq_len}, "
-    f"into {sd}; guard {MINUTES} min")
+say(
+    f"stage base: {plan.steps} steps ({plan.copy_warmup} copy warm-up), batch {plan.batch_size}x{plan.seq_len}, "
+    f"into {sd}; guard {MINUTES} min"
+)
 t1 = time.time()
 done = run_plan(cfg, plan, sd, data, progress=False, minutes=MINUTES)
 note["train_wall_s"] = time.time() - t1
 sec = done.get("seconds") or 1
-say(f"trained: {done['steps']} steps in {sec:.1f} s ({1000 * sec / max(1, done['steps'] - done['resumed_from']):.1f} "
+say(
+    f"trained: {done['steps']} steps in {sec:.1f} s ({1000 * sec / max(1, done['steps'] - done['resumed_from']):.1f} "
     f"ms/step incl. evals), stopped_early={done['stopped_early']}, internal NLL {done['internal_nll']:.3f}, "
-    f"copy {done['copy']}")
+    f"copy {done['copy']}"
+)
 
 dest = OUT / "cpu-base-gpu.pt"
 rec = pack_base(sd, dest)

@@ -86,13 +86,30 @@ def main():
         sys.exit(__doc__)
     torch.set_num_threads(int(os.environ.get("C2_THREADS", "1")))
     card = json.loads((SHIPPED.with_suffix(".json")).read_text())["measured_at_shipping"]
-    cols = {"card (fp32, at shipping)": dict(internal_nll=card["internal_nll"], copy_repeat=card["copy"]["repeat"],
-                                            copy_first=card["copy"]["first"])}
+    cols = {
+        "card (fp32, at shipping)": dict(
+            internal_nll=card["internal_nll"], copy_repeat=card["copy"]["repeat"], copy_first=card["copy"]["first"]
+        )
+    }
     for p in [SHIPPED, *map(Path, sys.argv[1:])]:
         name = p.name if p == SHIPPED else f"{p.parent.name}/{p.name}"  # files of the same name from several runs
         cols[f"{name} (bf16, now)" if p != SHIPPED else "shipped cpu-base.pt (bf16, now)"] = measure(p)
-    rows = ["internal_nll", "copy_repeat", "copy_first", "val_loss", "logged_internal_nll", "logged_val_loss",
-            "logged_copy_repeat", "steps", "minutes", "data_key", "code_digest", "torch", "where", "eval_s"]
+    rows = [
+        "internal_nll",
+        "copy_repeat",
+        "copy_first",
+        "val_loss",
+        "logged_internal_nll",
+        "logged_val_loss",
+        "logged_copy_repeat",
+        "steps",
+        "minutes",
+        "data_key",
+        "code_digest",
+        "torch",
+        "where",
+        "eval_s",
+    ]
     w = max(map(len, cols)) + 2
     print(f"{'':22}" + "".join(f"{c:>{w}}" for c in cols))
     for r in rows:
