@@ -141,10 +141,11 @@ def cmd_train(a):
     p = res["params"]
     print(
         f"trained {res['steps']} steps, {res['tokens']:,} tokens in {res['seconds']:.0f}s "
-        f"({res['tokens'] / max(res['seconds'], 1e-9):,.0f} tok/s on {res['device']}); {p['total']:,} params, "
+        f"({res['tokens'] / max(res['seconds'], 1e-9):,.0f} tok/s on {res.get('device_name') or res['device']}); "
+        f"{p['total']:,} params, "
         f"{p['active']:,} active"
     )
-    before = res["initial_internal_nll"]  # None when the run resumed from a checkpoint
+    before = res["initial_internal_nll"]  # None for an adopted base (and a run resumed from before it was kept)
     print(f"internal-codebase NLL: {'' if before is None else f'{before:.3f} -> '}{res['internal_nll']:.3f} nats/token")
     if "copy" in res:
         print(copy_line(res["copy"]))

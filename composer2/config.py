@@ -380,7 +380,8 @@ class RLConfig:
     seed: int = opt(
         0,
         doc="prompt order, the trainer's RNG and the training rollouts' streams (train, seed, prompt, j): runs with "
-        "one seed are paired",
+        "one seed are paired where timing does not enter (sync mode; in async mode only until the rollouts meet "
+        "other weight versions, the first few steps)",
     )
     eval_seed: int = opt(
         0,

@@ -66,6 +66,7 @@ def test_sigkill_then_rerun_is_bitwise_identical(smoke_data, tmp_path, reference
     assert not list(out.glob("*.tmp"))  # the rerun removed any temporary the killed writer left
     done = json.loads((out / "done.json").read_text())
     assert done["resumed_from"] == step >= 8 and done["steps"] == STEPS
+    assert done["initial_internal_nll"] > done["internal_nll"]  # measured before step 0, kept across the kill
     assert read_losses(out) == reference  # every step's loss, bit for bit
 
 

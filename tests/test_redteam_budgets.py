@@ -161,6 +161,33 @@ def test_waiting_for_a_slot_ends_at_the_episodes_deadline():
         remove_workspace(ws)
 
 
+@need_bwrap
+def test_the_judges_wait_for_a_slot_ends_within_its_timeout():
+    "Every slot held by a long command: the judge gives up when its time is up, unsolved, instead of waiting it out."
+    from composer2.sandbox.bwrap import Sandbox
+    from composer2.sandbox.workspace import make_workspace, remove_workspace
+    from composer2.tasks.judge import judge
+    from composer2.tasks.task import Task
+
+    cfg = SandboxConfig(max_running=1, timeout=30)
+    files = {"test_ok.py": "print('ok')\n"}
+    task = Task("slot-wait", "synthetic", "train", "", files, "python3 test_ok.py", files)
+    busy, ws = make_workspace({}), make_workspace(files)
+    try:
+        hold = threading.Thread(target=lambda: Sandbox(busy, cfg).run("sleep 6"))
+        hold.start()
+        time.sleep(0.5)  # the one slot is taken
+        t0 = time.monotonic()
+        v = judge(task, ws, Sandbox(ws, cfg), timeout=1.5)
+        waited = time.monotonic() - t0
+        hold.join()
+        assert not v.solved and "no sandbox slot came free" in v.reason and waited < 3, (v.reason, waited)
+        assert judge(task, ws, Sandbox(ws, cfg), timeout=10).solved  # with the slot free the same tree passes
+    finally:
+        remove_workspace(busy)
+        remove_workspace(ws)
+
+
 PARENT_BINDS = """
 import threading, time
 from pathlib import Path

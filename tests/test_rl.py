@@ -8,6 +8,7 @@ import csv, json, os, re, shutil, signal, subprocess, tempfile, time
 from pathlib import Path
 import pytest
 from conftest import C2, ROOT, c2, one_line_error
+from composer2.core import read_jsonl
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
@@ -186,6 +187,11 @@ def test_async_run_survives_an_episode_that_raises_and_one_that_hangs(smoke_data
     # every failure is counted once, and has its reason in the logs: training's in metrics, the evaluations' in eval.csv
     assert done["episode_errors"] == len(train), failed
     assert sum(int(x["errors"]) for x in rows(run / "eval.csv")) == len(held_out), failed
+    # the run folder says why too: every training failure it lists is one the workers logged, the injected one among them
+    kept = [x for x in read_jsonl(run / "episode_failures.jsonl") if x["kind"] != "kept_unsolved"]
+    logged = {(t, "abandoned" if why.endswith(": abandoned") else "raised") for t, why in train}
+    assert kept and {(x["task"], x["kind"]) for x in kept} <= logged, (kept, train)
+    assert "RuntimeError: injected fault (C2_FAULTS)" in [x["reason"] for x in kept], kept
     for part in (train, held_out):  # the injected raise and the stuck episode are among them, in both loops
         assert [why for _, why in part].count("failed: RuntimeError: injected fault (C2_FAULTS)") == 1, failed
         assert any(why.endswith(": abandoned") for _, why in part), failed

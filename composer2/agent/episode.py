@@ -252,8 +252,8 @@ def run_episode(
             verdict = None
             if stop != "timeout" and left() > 0:
                 verdict = judge(task, ws, sandbox, timeout=min(cfg.sandbox.timeout, left()), cache=judge_cache)
-                if left() <= 0 and verdict.solved:
-                    verdict = None  # judged after the budget ran out: not in time
+                if left() <= 0:
+                    verdict = None  # judged after the budget ran out (its wait for a sandbox slot counts): not in time
             if verdict is None:
                 stop, out = "timeout", f"judge: the episode's budget of {budget} s ran out"
             else:

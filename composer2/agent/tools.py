@@ -7,7 +7,6 @@ from __future__ import annotations
 import os, stat, threading, time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from pathlib import Path
 from ..core import C2Error
 from .search import SemanticIndex
@@ -19,6 +18,7 @@ __all__ = ['SEQUENTIAL_TOOLS', 'GREP_MAX_BYTES', 'TODO_MAX_ITEMS', 'ToolError', 
 
 # %% ../../nbs/63_tools.ipynb #13c015
 import re2
+from ..sandbox.host import DeadlinePassed
 from composer2.sandbox.paths import (
     MAX_FILE_BYTES,
     list_beneath,
@@ -224,19 +224,12 @@ class Toolbox:
             if timeout
             else getattr(getattr(self.sandbox, "limits", None), "timeout", self.max_shell_timeout)
         )
-        with ExitStack() as held:
-            host = getattr(self.sandbox, "host", None)  # a real sandbox: its slot is waited for within the deadline
-            if hasattr(host, "slot"):
-                try:
-                    held.enter_context(host.slot(self.sandbox.limits, self.deadline))
-                except C2Error:
-                    raise ToolError("the episode's time is up (waiting for a sandbox slot)") from None
-            if self.deadline is not None:  # the episode's budget bounds every command
-                left = self.deadline - time.monotonic()
-                if left <= 0.05:
-                    raise ToolError("the episode's time is up")
-                t = min(t, left)
-            r = self.sandbox.run(command, timeout=t)
+        if self.deadline is not None and self.deadline - time.monotonic() <= 0.05:
+            raise ToolError("the episode's time is up")
+        try:  # the episode's budget bounds every command: its wait for a slot and its run
+            r = self.sandbox.run(command, timeout=t, deadline=self.deadline)
+        except DeadlinePassed:
+            raise ToolError("the episode's time is up (waiting for a sandbox slot)") from None
         head = f"exit code {r.returncode}"
         if r.timed_out:
             head += f" (timed out after {r.wall_s:.1f} s)"

@@ -865,10 +865,12 @@ def run_plan(
     module = PretrainModule(cfg, plan, data.vocab_size, internal)
     _load_init(module, plan, data, cmd)
     beat = lambda what: heartbeat(f"stage {plan.name}: {what}") if progress and lead else contextlib.nullcontext()
-    with beat("the internal-codebase NLL before training"):
-        before = (
-            codebase_nll(module.model, internal, min(plan.seq_len, 512))["nll"] if start == 0 and lead else None
-        )  # (unknown on resume)
+    before_file = out / "initial_internal_nll.json"  # measured once, before step 0; a resumed run reads it back
+    before = json.loads(before_file.read_text())["nll"] if lead and start > 0 and before_file.exists() else None
+    if start == 0 and lead:
+        with beat("the internal-codebase NLL before training"):
+            before = codebase_nll(module.model, internal, min(plan.seq_len, 512))["nll"]
+        atomic_write(before_file, json.dumps({"nll": before}))
     t = cfg.train
     if plan.sft:
         stream = TranscriptStream(
@@ -925,6 +927,7 @@ def run_plan(
     metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")})
     tokens = trainer.global_step * plan.batch_size * plan.seq_len
     seconds = time.time() - t0
+    dev = trainer.strategy.root_device
     with beat("the final checkpoint and the in-context copying measurement"):
         model = _full_model(module)  # (every rank: under FSDP a collective; rank 0 gets the model)
         if lead:
@@ -953,7 +956,8 @@ def run_plan(
         copy=copy,
         params=module.model.param_counts(),
         checkpoint=str(out / "final.pt"),
-        device=str(module.device),
+        device=str(dev),  # the strategy's: after `fit` Lightning has moved the module back to the CPU
+        device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
         ranks=world,
     )
     if lead:

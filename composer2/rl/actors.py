@@ -135,6 +135,10 @@ class RolloutWorkerImpl:
         "Replace the weights with full `published` tensors of `version`."
         self.rx.set_full(published, version)
 
+    def take_failures(self) -> list[dict]:
+        "The failed episodes since the last call, and why (`composer2.rl.rollout.Rollouts.take_failures`)."
+        return self.rollouts.take_failures()
+
     def stop(self):
         "End `run` after the groups in progress."
         self._stop.set()

@@ -329,7 +329,7 @@ def _prepare_run(cfg: Config, out: Path) -> dict:
         )
     start = ck["version"] if ck else 0
     atomic_write(out / "config.yaml", to_yaml(cfg))
-    for f in ["ledger.jsonl", "eval.jsonl"]:
+    for f in ["ledger.jsonl", "eval.jsonl", "episode_failures.jsonl"]:
         _cut_jsonl(out / f, start)
     for f in ["metrics.csv", "eval.csv"]:
         _cut_csv(out / f, start)
@@ -578,6 +578,14 @@ def run_rl(cfg: Config, progress: bool = True) -> dict:
             c = _ray_get(rec.counts.remote())
             row.update(requeued=c["requeued"], in_flight=c["in_flight"], ready=c["ready"])
             log.write(row)
+            failed = [
+                dict(step=step, worker=i, **f)
+                for i, w in enumerate(workers)
+                for f in _ray_get(w.take_failures.remote())
+            ]
+            if failed:  # why each of the step's `episode_errors` failed (and the episodes kept unsolved after an error)
+                with (out / "episode_failures.jsonl").open("a") as f:
+                    f.write("".join(json.dumps(x) + "\n" for x in failed))
             prev, prev_tr, t_prev = stats, tr_busy, now
             bar.update(1)
             bar.set_postfix(

@@ -326,8 +326,8 @@ def injected_faults() -> dict[int, str]:
 class Rollouts:
     """Agent episodes through one `DecodeServer` of `engine` (or any `server` with its interface, e.g. a Hugging Face
     model's, `composer2.interop.hf.HFServer`): training groups (`group`) and evaluations (`evaluate`); counts tokens and
-    errors. Its episodes share one `JudgeCache`: a final workspace another episode of the task left identical is not
-    judged again."""
+    errors, and keeps why each failed episode failed (`take_failures`). Its episodes share one `JudgeCache`: a final
+    workspace another episode of the task left identical is not judged again."""
 
     def __init__(self, engine: Engine | None, data, cfg: Config, seed: int = 0, server=None):
         self.cfg, self.data, self.seed = cfg, data, seed
@@ -335,12 +335,25 @@ class Rollouts:
         self.root = Path(cfg.sandbox.root) if cfg.sandbox.root else None
         self._lock = threading.Lock()
         self.sampled = self.fed = self.episodes = self.errors = self.started = 0
+        self._failures = []  # {task, kind, reason} since the last `take_failures`
         self.faults = injected_faults()
         self.judge_cache = JudgeCache()
         budget = cfg.tasks.episode_timeout_s
         # an episode checks its budget between turns, so an honest one ends soon after it; one still running at 1.1x
         # the budget (at least 10 s more) is stuck, and is abandoned as failed
         self.abandon_s = budget + max(10.0, 0.1 * budget) if budget > 0 else None
+
+    def _failed(self, task, kind: str, reason: str):
+        with self._lock:
+            self._failures.append(dict(task=task.id, kind=kind, reason=str(reason)[-500:]))
+
+    def take_failures(self) -> list[dict]:
+        """The failed episodes since the last call, each {task, kind, reason}: `raised` (left out of its group),
+        `abandoned` (still running past `abandon_s`: left out) or `kept_unsolved` (an error on the host it provoked:
+        kept, unsolved)."""
+        with self._lock:
+            out, self._failures = self._failures, []
+        return out
 
     def episode(self, task, stream: int | None = None) -> Rollout | None:
         """One episode of `task` as a `Rollout`, sampled from `stream` (default: a fresh one); None if it raised (logged
@@ -370,11 +383,13 @@ class Rollouts:
             ep = run_episode(task, pol, self.cfg, sandbox_root=self.root, judge_cache=self.judge_cache)
             if ep.stop_reason == "error":
                 log.warning("episode of %s kept as failed: %s", task.id, ep.test_output)
+                self._failed(task, "kept_unsolved", ep.test_output)
             ro = pol.rollout(ep)
         except Exception as e:
             log.warning("episode of %s failed: %s", task.id, f"{type(e).__name__}: {e}"[:300])
             with self._lock:
                 self.errors += 1
+            self._failed(task, "raised", f"{type(e).__name__}: {e}")
             return None
         finally:
             pol.close()
@@ -392,6 +407,7 @@ class Rollouts:
             log.warning("episode of %s still running after %.0f s: abandoned", tasks[i].id, self.abandon_s)
             with self._lock:
                 self.errors += 1
+            self._failed(tasks[i], "abandoned", f"still running after {self.abandon_s:.0f} s")
 
         jobs = list(zip(tasks, streams or [None] * len(tasks)))
         return map_abandoning(lambda job: self.episode(*job), jobs, workers, self.abandon_s, abandoned, on_progress)

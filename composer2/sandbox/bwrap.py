@@ -13,7 +13,7 @@ from ..core import C2Error
 from ..config import SandboxConfig
 from .paths import SANDBOX_UID, SANDBOX_WS, _AS_ROOT, _INNER_ID, _write_all
 from .paths import list_beneath, read_beneath, read_bytes_beneath
-from .host import SandboxUnavailable, _Host, _SPAWN_ENV, _need
+from .host import DeadlinePassed, SandboxUnavailable, _Host, _SPAWN_ENV, _need
 from composer2.sandbox.workspace import (
     _rmdir_cgroup,
     give_to_sandbox,
@@ -561,10 +561,16 @@ class Sandbox:
         self._shown = [rel for rel in self.hidden.values() if rel is not None]  # the HIDE_FD placeholders, in order
 
     def run(
-        self, cmd: str | Sequence[str], timeout: float | None = None, stdin: str | bytes | None = None
+        self,
+        cmd: str | Sequence[str],
+        timeout: float | None = None,
+        stdin: str | bytes | None = None,
+        deadline: float | None = None,
     ) -> RunResult:
         """Run `cmd` (a str runs under `bash -c`) and return its `RunResult`; when this returns, nothing it started is
-        alive. `C2Error` for a command the kernel cannot take (NUL, lone surrogates)."""
+        alive. `C2Error` for a command the kernel cannot take (NUL, lone surrogates). With `deadline`
+        (time.monotonic()), the wait for a slot and the command both end by it: `DeadlinePassed` when no slot comes free
+        before it or under 0.05 s is left once one has; the command's timeout is cut to what is left."""
         if isinstance(cmd, str):
             cmd = ["bash", "-c", cmd]
         elif not cmd or not all(isinstance(c, str) for c in cmd):
@@ -579,7 +585,12 @@ class Sandbox:
             self.host = _host()
             argv = _bwrap_argv(self.workspace, self.limits, self.host, self.hidden)
             self._argv, self._info_at, self._seccomp_at = argv
-        with self.host.slot(self.limits):  # at most sandbox.max_running commands of this process at once
+        with self.host.slot(self.limits, deadline):  # at most sandbox.max_running commands of this process at once
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0.05:
+                    raise DeadlinePassed("the deadline passed before the command could start")
+                timeout = min(timeout, left)
             return self._start(cmd, data, timeout)
 
     def _start(self, cmd: Sequence[str], data: bytes | None, timeout: float) -> RunResult:

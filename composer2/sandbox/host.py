@@ -28,11 +28,16 @@ from composer2.sandbox.workspace import (
 )
 
 # %% auto #0
-__all__ = ['BWRAP_MISSING', 'SECCOMP_DENY', 'SandboxUnavailable', 'bwrap_path', 'seccomp_program', 'max_running']
+__all__ = ['BWRAP_MISSING', 'SECCOMP_DENY', 'SandboxUnavailable', 'DeadlinePassed', 'bwrap_path', 'seccomp_program',
+           'max_running']
 
 # %% ../../nbs/42_host.ipynb #12c006
 class SandboxUnavailable(C2Error):
     "The sandbox cannot run here (bubblewrap or util-linux missing, or user namespaces disabled)."
+
+
+class DeadlinePassed(C2Error):
+    "A sandboxed command's deadline came before it could start (no slot came free in time, or no time was left)."
 
 
 BWRAP_MISSING = "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
@@ -264,10 +269,10 @@ class _Host:
     @contextmanager
     def slot(self, limits: SandboxConfig, deadline: float | None = None):
         """Hold one of the process's `max_running(limits)` slots for a command, the parent cgroups sized for it;
-        `C2Error` if `deadline` (time.monotonic()) comes before a slot does. Re-entered free by its thread."""
+        `DeadlinePassed` if `deadline` (time.monotonic()) comes before a slot does. Re-entered free by its thread."""
         cap = max_running(limits)
         if not _SLOTS.take(cap, deadline):
-            raise C2Error(
+            raise DeadlinePassed(
                 f"no sandbox slot came free in time: {cap} commands already run at once (sandbox.max_running)"
             )
         want = {

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/57_judge.ipynb #15c002
 from __future__ import annotations
-import ast, dataclasses, hashlib, hmac, json, os, re, secrets, threading
+import ast, dataclasses, hashlib, hmac, json, os, re, secrets, threading, time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -312,7 +312,8 @@ def _judge_run(
     body = {k: spec[k] for k in ("kind", "tests", "fresh", "trusted", "probes")}
     body |= {"root": SANDBOX_WS, "result": name, "audit": AUDITED}
     argv = ["env", f"PYTHONHASHSEED={int(spec.get('hashseed', 0))}", "python3", "-P", "-s", "-B", "-c", JUDGE_RUNNER]
-    r = sandbox.run(argv, timeout=timeout, stdin=key + json.dumps(body).encode())
+    deadline = None if timeout is None else time.monotonic() + timeout  # the wait for a slot counts too
+    r = sandbox.run(argv, timeout=timeout, stdin=key + json.dumps(body).encode(), deadline=deadline)
     try:
         data = read_bytes_beneath(workspace, name, 16 << 20)
     except (C2Error, OSError):
